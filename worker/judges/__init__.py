@@ -1,0 +1,60 @@
+"""Judges: the System One (Jev) wire client, a strict Chat-Completions backend, a synthetic judge.
+
+A pure library: no Celery, no store, no settings; everything is passed in. Keys are given by the
+caller (the worker reads them from its own environment) and never appear in exceptions.
+
+Exception tree (foreign httpx exceptions are translated once, in the HTTP judges)::
+
+    Exception
+     ├── JudgeError        no usable reply: .status (None = transport), .retryable
+     │                     transient: connect/read errors, timeouts, 408/429/529/5xx
+     │                     permanent: other 4xx, malformed URL
+     └── InvalidReply      a reply arrived but is unusable: .model, .usage kept for accounting
+    ValueError
+     └── InvalidResponse   a response breaks a §A.4 rule (message = rule code)
+"""
+
+from ._chat import ChatJudge
+from ._deadline import remaining_s, use_deadline
+from ._errors import InvalidReply, JudgeError
+from ._protocol import Judge
+from ._synthetic import SyntheticJudge
+from ._systemone import SystemOneJudge
+from ._validation import InvalidResponse, validate_response
+from ._wire import (
+    Answer,
+    ChoiceAnswer,
+    ChoiceQuestion,
+    JudgeRequest,
+    JudgeResponse,
+    NoulAnswer,
+    NoulQuestion,
+    Question,
+    ScoreAnswer,
+    ScoreQuestion,
+    Usage,
+)
+
+__all__ = [
+    "Answer",
+    "ChatJudge",
+    "ChoiceAnswer",
+    "ChoiceQuestion",
+    "InvalidReply",
+    "InvalidResponse",
+    "Judge",
+    "JudgeError",
+    "JudgeRequest",
+    "JudgeResponse",
+    "NoulAnswer",
+    "NoulQuestion",
+    "Question",
+    "ScoreAnswer",
+    "ScoreQuestion",
+    "SyntheticJudge",
+    "SystemOneJudge",
+    "Usage",
+    "remaining_s",
+    "use_deadline",
+    "validate_response",
+]

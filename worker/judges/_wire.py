@@ -1,0 +1,204 @@
+"""System One (Jev) wire models: requests, typed questions, answers and usage (jev-semantics §A.2-A.3).
+
+The models describe the *shape* of the wire JSON. Semantic checks (key sets, sums, ranges) live in
+:mod:`worker.judges._validation`, because the evaluator must apply them to whatever any judge returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    WrapSerializer,
+    field_serializer,
+    field_validator,
+)
+
+from worker._json import FrozenJson, JsonValue
+
+__all__ = [
+    "Answer",
+    "ChoiceAnswer",
+    "ChoiceQuestion",
+    "JudgeRequest",
+    "JudgeResponse",
+    "NoulAnswer",
+    "NoulQuestion",
+    "Question",
+    "ScoreAnswer",
+    "ScoreQuestion",
+    "Usage",
+]
+
+
+def _readonly(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value))
+
+
+def _dump_mapping(value: Mapping[str, Any], handler: SerializerFunctionWrapHandler) -> Any:
+    return handler(dict(value))
+
+
+_ReadOnly = (AfterValidator(_readonly), WrapSerializer(_dump_mapping))
+
+
+def _require_content(value: JsonValue) -> JsonValue:
+    if value is None:
+        raise ValueError("instructions must not be null")
+    return value
+
+
+Content = Annotated[FrozenJson, AfterValidator(_require_content)]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _StrictWire(_Wire):
+    # Answers are parsed strictly: "0.9" or true is not a probability (§A.7 rule 6).
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class NoulQuestion(_Wire):
+    """A yes/no question answered with P(yes). ``criteria`` may describe ``"true"``/``"false"``."""
+
+    type: Literal["noul"] = "noul"
+    instructions: Content
+    criteria: Annotated[Mapping[Literal["true", "false"], FrozenJson], *_ReadOnly] | None = None
+
+    @field_serializer("criteria")
+    def _criteria_wire(self, value: Mapping[str, JsonValue] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        kept = {k: v for k, v in value.items() if v is not None}
+        return {k: FrozenJsonDump(v) for k, v in kept.items()} or None
+
+
+class ChoiceQuestion(_Wire):
+    """A distribution over 2..255 named options (label -> description or null)."""
+
+    type: Literal["choice"] = "choice"
+    instructions: Content
+    criteria: Annotated[Mapping[str, FrozenJson], *_ReadOnly]
+
+    @field_validator("criteria")
+    @classmethod
+    def _options(cls, value: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
+        if not 2 <= len(value) <= 255:
+            raise ValueError("choice criteria need 2..255 options")
+        if any(not k.strip() for k in value):
+            raise ValueError("choice option labels must be non-blank")
+        return value
+
+
+class ScoreQuestion(_Wire):
+    """An ordered rubric of 2..10 levels, level 0 lowest."""
+
+    type: Literal["score"] = "score"
+    instructions: Content
+    criteria: tuple[Content, ...]
+
+    @field_validator("criteria")
+    @classmethod
+    def _levels(cls, value: tuple[JsonValue, ...]) -> tuple[JsonValue, ...]:
+        if not 2 <= len(value) <= 10:
+            raise ValueError("score criteria need 2..10 levels")
+        return value
+
+
+Question: TypeAlias = Annotated[
+    NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")
+]
+
+
+def FrozenJsonDump(value: JsonValue) -> Any:  # noqa: N802 - mirrors the FrozenJson type it undoes
+    """Plain JSON copy of a frozen value (used by custom serializers)."""
+    from worker._json import thaw  # noqa: PLC0415 - tiny helper, avoids a name clash above
+
+    return thaw(value)
+
+
+class JudgeRequest(_Wire):
+    """One packed request: shared ``state`` plus namespaced questions. ``model=None`` is omitted."""
+
+    state: FrozenJson
+    questions: Annotated[Mapping[str, Question], *_ReadOnly]
+    model: str | None = None
+
+    @field_validator("questions")
+    @classmethod
+    def _non_empty(cls, value: Mapping[str, Question]) -> Mapping[str, Question]:
+        if not value:
+            raise ValueError("a request needs at least one question")
+        if any(not k.strip() for k in value):
+            raise ValueError("question ids must be non-blank")
+        return value
+
+    @field_validator("state")
+    @classmethod
+    def _state_present(cls, value: JsonValue) -> JsonValue:
+        if value is None:
+            raise ValueError("state must not be null")
+        return value
+
+    def wire(self) -> dict[str, Any]:
+        """The exact wire JSON object (``model`` and null noul criteria omitted)."""
+        body = self.model_dump(mode="json", exclude_none=True)
+        body["state"] = FrozenJsonDump(self.state)  # keep nulls *inside* state verbatim
+        return body
+
+
+class NoulAnswer(_StrictWire):
+    """P(yes) for a noul question."""
+
+    type: Literal["noul"] = "noul"
+    noul: float | None
+
+
+class ChoiceAnswer(_StrictWire):
+    """Argmax label, full distribution and confidence."""
+
+    type: Literal["choice"] = "choice"
+    choice: str | None
+    probabilities: Annotated[Mapping[str, float | None], *_ReadOnly]
+    confidence: float | None
+
+
+class ScoreAnswer(_StrictWire):
+    """Expected level, legend and per-level distribution (keys "0".."n-1") and confidence."""
+
+    type: Literal["score"] = "score"
+    score: float | None
+    legend: Annotated[Mapping[str, FrozenJson], *_ReadOnly]
+    probabilities: Annotated[Mapping[str, float | None], *_ReadOnly]
+    confidence: float | None
+
+
+Answer: TypeAlias = Annotated[NoulAnswer | ChoiceAnswer | ScoreAnswer, Field(discriminator="type")]
+
+
+class Usage(_StrictWire):
+    """Token usage of one response (``input_tokens``/``output_tokens``)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
+class JudgeResponse(_StrictWire):
+    """A judge's answer to one request. ``usage=None`` means unknown (and fails strict validation)."""
+
+    model: str
+    answers: Annotated[Mapping[str, Answer], *_ReadOnly]
+    usage: Usage | None
+
+    def wire(self) -> dict[str, Any]:
+        """The exact wire JSON object."""
+        return self.model_dump(mode="json")
