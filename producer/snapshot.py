@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
+    Field,
     PrivateAttr,
     SerializerFunctionWrapHandler,
     WrapSerializer,
@@ -31,11 +32,13 @@ from pydantic import (
     model_validator,
 )
 
-from worker._json import FrozenJson, canonical_json, thaw
+from worker._json import FrozenJson, canonical_json
 from worker.evaluation import Trace
 
 __all__ = [
+    "ENQUEUED_AT_HEADER",
     "EVALUATE_TASK",
+    "LANE_QUEUES",
     "OUTCOME_TASK",
     "SCHEMA_VERSION",
     "Event",
@@ -55,7 +58,7 @@ __all__ = [
     "WindowViolation",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 EVALUATE_TASK = "evalq.evaluate"
 OUTCOME_TASK = "evalq.outcome"
 
@@ -94,6 +97,14 @@ class Lane(StrEnum):
     LIVE = "live"
     BACKFILL = "backfill"
     OUTCOMES = "outcomes"
+
+
+LANE_QUEUES: Mapping[Lane, str] = MappingProxyType(
+    {Lane.LIVE: "evalq.live", Lane.BACKFILL: "evalq.backfill", Lane.OUTCOMES: "evalq.outcomes"}
+)
+"""The broker queue of each lane, defined once for producers and workers."""
+ENQUEUED_AT_HEADER = "evalq_enqueued_at"
+"""Message header: unix time (float seconds) of the publish, for queue-wait and age metrics."""
 
 
 class Unit(StrEnum):
@@ -167,10 +178,16 @@ class ToolRound(_Contract):
 
 
 class UnitRef(_Contract):
-    """The judged unit and the event that identifies it (user message or proposed call)."""
+    """The judged unit and the event that identifies it (user message or proposed call).
+
+    For a ``tool_call`` unit the window ends just before the call, so the call itself is not
+    evidence; ``call`` carries the proposed call (name and arguments only) so that call-level
+    metrics know what they judge. Its result is never part of the snapshot.
+    """
 
     kind: Unit = Unit.INVOCATION
     event_id: str | None = None
+    call: Event | None = None
 
 
 class Window(_Contract):
@@ -231,9 +248,12 @@ class Snapshot(_Contract):
     contexts: tuple[FrozenJson, ...] | None = None
     claims: tuple[str, ...] | None = None
     expected_tool_calls: tuple[FrozenJson, ...] | None = None
-    labels: Annotated[Mapping[str, GoldLabel], *ReadOnlyMap] = MappingProxyType({})
+    labels: Annotated[Mapping[str, GoldLabel], *ReadOnlyMap] = Field(
+        default_factory=dict, validate_default=True
+    )
     slice: SliceMeta = SliceMeta()
     sampling: Sampling = Sampling()
+    issues: tuple[str, ...] = ()
     metric_set: str = "agent"
     redaction: str | None = None
     source: str | None = None
@@ -254,6 +274,16 @@ class Snapshot(_Contract):
             digest = hashlib.sha256(canonical_json(self.wire()).encode("utf-8")).hexdigest()
             object.__setattr__(self, "_id", digest)
         return self._id  # type: ignore[return-value]
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> Snapshot:
+        """Copy with changes; the cached id is dropped because the content may differ."""
+        copied = super().model_copy(update=update, deep=deep)
+        object.__setattr__(copied, "_id", None)
+        if update:  # re-validate so an update cannot smuggle in an invalid field
+            return type(self).model_validate(copied.wire())
+        return copied
 
     def wire(self) -> dict[str, Any]:
         """Plain JSON-mode dict (what goes on the queue and into the content hash)."""
@@ -300,5 +330,3 @@ class OutcomeEvent(_Contract):
     def wire(self) -> dict[str, Any]:
         """Plain JSON-mode dict for the queue."""
         return self.model_dump(mode="json")
-
-

@@ -16,7 +16,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+import redis
+from kombu import Connection
 
 from worker.embedded import RedisServer
 
@@ -43,21 +46,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> Iterator[str]:
+def redis_url(redis_server: RedisServer) -> str:
     """URL of the private Redis, flushed before each test."""
-    import redis
-
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     client.close()
-    yield redis_server.url
+    return redis_server.url
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this session (dropped at the end)."""
-    import psycopg
-
     name = f"evalq_test_{uuid.uuid4().hex[:12]}"
     try:
         admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
@@ -76,12 +75,10 @@ def postgres_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def amqp_url() -> str:
     """The RabbitMQ broker URL, checked to accept connections."""
-    from kombu import Connection
-
     try:
         with Connection(AMQP_URL, connect_timeout=3) as conn:
             conn.ensure_connection(max_retries=1)
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+    except Exception as exc:
         service_missing("RabbitMQ", f"{AMQP_URL} ({type(exc).__name__})")
     return AMQP_URL
 

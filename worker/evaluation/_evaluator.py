@@ -1,22 +1,469 @@
-"""Placeholder until its owner lands the real module (see the helper assignments)."""
+"""The trace evaluator: planning, first-fit packing and budgeted execution (jev-semantics §E, §C.3).
+
+``Evaluator(judge, metrics, limits).evaluate(trace)`` plans every metric in configuration order,
+packs the metrics that ask questions into as few judge requests as their shared state allows, and
+runs those requests one after another under a single deadline. Whatever happens inside a metric or
+a judge becomes a reason code in the :class:`Report`; only the caller's own cancellation escapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from worker._json import JsonValue, canonical_json, freeze, json_size
+from worker.judges import (
+    ChoiceQuestion,
+    InvalidReply,
+    JudgeRequest,
+    JudgeResponse,
+    NoulQuestion,
+    Question,
+    ScoreQuestion,
+    Usage,
+    use_deadline,
+    validate_response,
+)
+
+from . import _trace
+from ._metric import check_id
+from ._result import MetricResult, Reason, Status
+
+if TYPE_CHECKING:
+    from worker.judges import Answer, Judge
+
+    from ._metric import Metric
+    from ._trace import Trace
+
+__all__ = ["MAX_METRICS", "Entry", "Evaluator", "Limits", "Report", "RequestUsage"]
+
+MAX_METRICS = 128
+
+_log = logging.getLogger(__name__)
+_QUESTION: TypeAdapter[Question] = TypeAdapter(Question)
+_QUESTION_TYPES = (NoulQuestion, ChoiceQuestion, ScoreQuestion)
+_NO_ANSWERS: Mapping[str, Answer] = MappingProxyType({})
 
 
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-class Entry:
-    """Not implemented yet."""
+
+class Limits(BaseModel):
+    """One evaluation's total time budget and its question and state-size caps (all positive)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    budget_s: float = Field(default=3.0, gt=0)
+    max_questions: int = Field(default=128, gt=0)
+    max_state_chars: int = Field(default=100_000, gt=0)
+
+    def __init__(
+        self,
+        budget_s: float = 3.0,
+        max_questions: int = 128,
+        max_state_chars: int = 100_000,
+        **kw: Any,
+    ) -> None:
+        # Strict mode rejects ints for a float field; a whole-second budget is still a budget.
+        if isinstance(budget_s, int) and not isinstance(budget_s, bool):
+            budget_s = float(budget_s)
+        super().__init__(
+            budget_s=budget_s, max_questions=max_questions, max_state_chars=max_state_chars, **kw
+        )
+
+    @field_validator("budget_s")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("budget_s must be finite")
+        return value
+
+
+class RequestUsage(_Frozen):
+    """Usage of one response actually received. ``usage=None`` means the judge did not say."""
+
+    model: str | None
+    usage: Usage | None
+
+
+class Entry(_Frozen):
+    """One configured metric's result, tagged with the metric's id and version."""
+
+    id: str
+    version: str
+    result: MetricResult
+
+
+class Report(_Frozen):
+    """The outcome of one ``evaluate``: one entry per configured metric, in configuration order.
+
+    ``requests`` counts packed requests *started* (timed-out and failed ones included); ``usage``
+    has one entry per response received, so fewer entries than requests means the cost is
+    incomplete, not zero. ``model_dump(mode="json")`` gives the JSON form for stores.
+    """
+
+    trace_id: str
+    results: tuple[Entry, ...]
+    requests: int = Field(ge=0)
+    usage: tuple[RequestUsage, ...]
+    elapsed_s: float = Field(ge=0)
+
+    def passed(self) -> bool:
+        """True iff there is at least one result and every result is DECIDED with passed=True."""
+        return bool(self.results) and all(
+            e.result.status is Status.DECIDED and e.result.passed is True for e in self.results
+        )
+
+    def result(self, metric_id: str) -> MetricResult:
+        """The result of ``metric_id``; ``KeyError`` if no such metric was configured."""
+        for entry in self.results:
+            if entry.id == metric_id:
+                return entry.result
+        raise KeyError(metric_id)
+
+
+class _DefinitionError(Exception):
+    """A metric broke its contract during planning (reported as DEFINITION_ERROR)."""
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """A metric that needs the judge: its frozen state and its validated local questions."""
+
+    state: Mapping[str, JsonValue]
+    canon: Mapping[str, str]
+    questions: Mapping[str, Question]
+
+
+@dataclass(frozen=True)
+class _Member:
+    index: int
+    metric: Metric
+    qids: tuple[str, ...]
+
+
+@dataclass
+class _Group:
+    """One packed request under construction: merged state, namespaced questions, members."""
+
+    state: dict[str, JsonValue] = field(default_factory=dict)
+    canon: dict[str, str] = field(default_factory=dict)
+    questions: dict[str, Question] = field(default_factory=dict)
+    members: list[_Member] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    """Mutable bookkeeping of one ``evaluate`` call."""
+
+    results: list[MetricResult | None]
+    requests: int = 0
+    usage: list[RequestUsage] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one judge call produced: a failure reason (or None), usage, the valid response."""
+
+    reason: str | None
+    usage: RequestUsage | None = None
+    response: JudgeResponse | None = None
 
 
 class Evaluator:
-    """Not implemented yet."""
+    """Evaluate traces with a fixed list of metrics and one judge, under :class:`Limits`.
+
+    Construction validates eagerly (``ValueError``): 1..128 metrics, ids matching
+    ``^[A-Za-z][A-Za-z0-9_]{0,63}$`` and unique (the same instance twice is a duplicate), and a
+    non-blank version for each.
+    """
+
+    def __init__(
+        self, judge: Judge, metrics: Iterable[Metric], limits: Limits | None = None
+    ) -> None:
+        if not callable(judge):
+            # ValueError, not TypeError: the contract is "invalid arguments raise ValueError".
+            raise ValueError("judge must be callable: async (JudgeRequest) -> JudgeResponse")  # noqa: TRY004
+        limits = Limits() if limits is None else limits
+        if not isinstance(limits, Limits):
+            raise ValueError("limits must be a Limits instance")  # noqa: TRY004 - see above
+        self._judge = judge
+        self._limits = limits
+        self._metrics = tuple(metrics)
+        self._ids, self._versions = _identities(self._metrics)
+
+    @property
+    def metric_ids(self) -> tuple[str, ...]:
+        """The configured metric ids, in configuration order."""
+        return self._ids
+
+    @property
+    def limits(self) -> Limits:
+        """The limits every evaluation runs under."""
+        return self._limits
+
+    async def evaluate(self, trace: Trace) -> Report:
+        """Evaluate one trace. Cancelling the caller propagates and produces no report.
+
+        ``ValueError`` if ``trace`` is not a :class:`Trace`; nothing else escapes.
+        """
+        if not isinstance(trace, _trace.Trace):
+            raise ValueError("evaluate() needs a Trace")  # noqa: TRY004 - contract: ValueError
+        started = time.monotonic()
+        deadline = started + self._limits.budget_s  # planning time counts against the budget
+        run = _Run(results=[None] * len(self._metrics))
+        groups = self._plan(trace, run)
+        await self._execute(groups, trace, deadline, run)
+        return self._report(trace, run, started)
+
+    # -- planning (§E.2) -------------------------------------------------------------------
+
+    def _plan(self, trace: Trace, run: _Run) -> list[_Group]:
+        groups: list[_Group] = []
+        incomplete = bool(trace.issues)
+        for index, metric in enumerate(self._metrics):
+            if incomplete:
+                run.results[index] = MetricResult.skipped(Reason.INCOMPLETE_TRACE)
+                continue
+            try:
+                planned = self._prepare(metric, trace)
+                if isinstance(planned, _Ask):
+                    self._pack(groups, _Member(index, metric, tuple(planned.questions)), planned)
+                else:
+                    run.results[index] = planned
+            except Exception as exc:  # noqa: BLE001 - isolation: only this metric fails
+                _log_failure(self._ids[index], Reason.DEFINITION_ERROR, exc)
+                run.results[index] = MetricResult.error(Reason.DEFINITION_ERROR)
+        return groups
+
+    def _prepare(self, metric: Metric, trace: Trace) -> MetricResult | _Ask:
+        precheck = getattr(metric, "precheck", None)
+        early = None if precheck is None else precheck(trace)
+        if early is not None:
+            return _final(early)
+        state = _snapshot_state(metric.state(trace))
+        questions = _snapshot_questions(metric.questions(trace))
+        # Limits are checked before the no-question shortcut, and nothing is ever truncated.
+        if len(questions) > self._limits.max_questions or (
+            json_size(state) > self._limits.max_state_chars
+        ):
+            return MetricResult.skipped(Reason.EVALUATION_LIMIT)
+        if not questions:
+            return _final(metric.reduce(_NO_ANSWERS, trace))
+        validated = {qid: _validate_question(q) for qid, q in questions.items()}
+        canon = {key: canonical_json(value) for key, value in state.items()}
+        return _Ask(state, canon, validated)
+
+    def _pack(self, groups: list[_Group], member: _Member, ask: _Ask) -> None:
+        """First fit: the first group with room whose shared keys hold identical values."""
+        group = next((g for g in groups if self._fits(g, ask)), None)
+        if group is None:
+            group = _Group()
+            groups.append(group)
+        for key, value in ask.state.items():
+            group.state.setdefault(key, value)  # equal when present: values are never replaced
+            group.canon.setdefault(key, ask.canon[key])
+        metric_id = self._ids[member.index]
+        group.questions.update({f"{metric_id}.{qid}": q for qid, q in ask.questions.items()})
+        group.members.append(member)
+
+    def _fits(self, group: _Group, ask: _Ask) -> bool:
+        if len(group.questions) + len(ask.questions) > self._limits.max_questions:
+            return False
+        # Canonical JSON, not ==: True, 1 and 1.0 are different evidence for the judge.
+        if any(group.canon.get(key, text) != text for key, text in ask.canon.items()):
+            return False
+        return json_size({**group.state, **ask.state}) <= self._limits.max_state_chars
+
+    # -- execution (§E.3) ------------------------------------------------------------------
+
+    async def _execute(
+        self, groups: list[_Group], trace: Trace, deadline: float, run: _Run
+    ) -> None:
+        """Run the groups in order under one deadline; unfinished metrics stay ``None``."""
+        remaining_s = deadline - time.monotonic()
+        if not groups or remaining_s <= 0:
+            return
+        task = asyncio.current_task()
+        assert task is not None  # evaluate() is a coroutine, so it always runs in a task
+        baseline = task.cancelling()
+        try:
+            async with asyncio.timeout(remaining_s) as scope:
+                guard = _Guard(scope, task, baseline, deadline)
+                for group in groups:
+                    await self._run_group(group, trace, run, guard)
+        except TimeoutError:
+            return  # our own deadline; an outer cancellation propagates as CancelledError
+
+    async def _run_group(self, group: _Group, trace: Trace, run: _Run, guard: _Guard) -> None:
+        guard.check()  # never start a request with no time left, or after an outer cancel
+        run.requests += 1
+        request = JudgeRequest(state=group.state, questions=group.questions)
+        reply = await _ask_judge(self._judge, request, guard.deadline)
+        outcome = _classify(request, reply)
+        if outcome.usage is not None:
+            run.usage.append(outcome.usage)  # once per response, never per member
+        guard.check()
+        for member in group.members:
+            run.results[member.index] = self._settle(member, outcome, trace)
+
+    def _settle(self, member: _Member, outcome: _Outcome, trace: Trace) -> MetricResult:
+        if outcome.response is None:
+            return MetricResult.error(outcome.reason or Reason.INVALID_RESPONSE)
+        metric_id = self._ids[member.index]
+        answers = {qid: outcome.response.answers[f"{metric_id}.{qid}"] for qid in member.qids}
+        try:
+            result = member.metric.reduce(MappingProxyType(answers), trace)
+        except Exception as exc:  # noqa: BLE001 - isolation: only this metric fails
+            _log_failure(metric_id, Reason.REDUCE_ERROR, exc)
+            return MetricResult.error(Reason.REDUCE_ERROR)
+        if not isinstance(result, MetricResult):
+            return MetricResult.error(Reason.REDUCE_ERROR)
+        return result
+
+    def _report(self, trace: Trace, run: _Run, started: float) -> Report:
+        timeout = MetricResult.error(Reason.TIMEOUT)
+        entries = tuple(
+            Entry(id=metric_id, version=version, result=timeout if result is None else result)
+            for metric_id, version, result in zip(
+                self._ids, self._versions, run.results, strict=True
+            )
+        )
+        return Report(
+            trace_id=trace.id,
+            results=entries,
+            requests=run.requests,
+            usage=tuple(run.usage),
+            elapsed_s=time.monotonic() - started,
+        )
 
 
-class Limits:
-    """Not implemented yet."""
+@dataclass(frozen=True)
+class _Guard:
+    """Checks the deadline and outer cancellation around each judge call.
+
+    A well-behaved judge lets ``CancelledError`` through and ``asyncio.timeout`` does the rest.
+    A judge that swallows it must not turn a timeout into BACKEND_ERROR, nor an outer
+    cancellation into a report or a further request, so both are re-raised here.
+    """
+
+    scope: asyncio.Timeout
+    task: asyncio.Task[Any]
+    baseline: int
+    deadline: float
+
+    def check(self) -> None:
+        """Raise ``CancelledError`` on an outer cancel, ``TimeoutError`` past the deadline."""
+        expired = self.scope.expired()
+        if self.task.cancelling() - int(expired) > self.baseline:
+            raise asyncio.CancelledError
+        if expired or time.monotonic() >= self.deadline:
+            raise TimeoutError
 
 
-class Report:
-    """Not implemented yet."""
+def _identities(metrics: tuple[Metric, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if not 1 <= len(metrics) <= MAX_METRICS:
+        raise ValueError(f"an evaluator needs 1..{MAX_METRICS} metrics")
+    ids = tuple(_attribute(m, "id") for m in metrics)
+    versions = tuple(_attribute(m, "version") for m in metrics)
+    for metric_id, version, metric in zip(ids, versions, metrics, strict=True):
+        check_id(metric_id)
+        if not version.strip():
+            raise ValueError(f"metric {metric_id}: version must be non-blank")
+        if not all(
+            callable(getattr(metric, name, None)) for name in ("state", "questions", "reduce")
+        ):
+            raise ValueError(f"metric {metric_id}: needs state, questions and reduce methods")
+    if len(set(ids)) != len(ids):
+        raise ValueError("metric ids must be unique (the same metric was configured twice?)")
+    return ids, versions
 
 
-class RequestUsage:
-    """Not implemented yet."""
+def _attribute(metric: object, name: str) -> str:
+    value = getattr(metric, name, None)
+    if not isinstance(value, str):
+        raise ValueError(f"every metric needs a string {name!r}")  # noqa: TRY004 - contract
+    return value
+
+
+def _final(result: object) -> MetricResult:
+    if not isinstance(result, MetricResult):
+        raise _DefinitionError("precheck/reduce must return a MetricResult")
+    return result
+
+
+def _snapshot_state(state: object) -> Mapping[str, JsonValue]:
+    """A deep, frozen copy of a metric's state; it must be a JSON object with string keys."""
+    if not isinstance(state, Mapping):
+        raise _DefinitionError("state must be a JSON object")
+    if not all(isinstance(key, str) for key in state):
+        raise _DefinitionError("state keys must be strings")
+    frozen: Mapping[str, JsonValue] = freeze(state)
+    return frozen
+
+
+def _snapshot_questions(questions: object) -> dict[str, object]:
+    if not isinstance(questions, Mapping):
+        raise _DefinitionError("questions must be a mapping")
+    snapshot = dict(questions)
+    for qid in snapshot:
+        check_id(qid, "question id")
+    return snapshot
+
+
+def _validate_question(question: object) -> Question:
+    if isinstance(question, _QUESTION_TYPES):
+        return question
+    return _QUESTION.validate_python(question)
+
+
+async def _ask_judge(judge: Judge, request: JudgeRequest, deadline: float) -> object:
+    """Call the judge; return its reply or the exception it raised (``CancelledError`` escapes)."""
+    try:
+        with use_deadline(deadline):  # retrying judges never schedule a retry past it
+            pending: object = judge(request)  # a synchronous raise is a backend error too
+            return await pending if inspect.isawaitable(pending) else pending
+    except Exception as exc:  # noqa: BLE001 - every judge failure becomes a reason code
+        return exc
+
+
+def _classify(request: JudgeRequest, reply: object) -> _Outcome:
+    if isinstance(reply, InvalidReply):
+        return _Outcome(Reason.INVALID_RESPONSE, _usage_of(reply.model, reply.usage))
+    if isinstance(reply, Exception):
+        _log.warning("judge request failed: %s (%s)", Reason.BACKEND_ERROR, type(reply).__name__)
+        return _Outcome(Reason.BACKEND_ERROR)
+    if not isinstance(reply, JudgeResponse):
+        return _Outcome(Reason.INVALID_RESPONSE)
+    # Usage first: an invalid response may still have been billed.
+    usage = _usage_of(reply.model, reply.usage)
+    try:
+        validate_response(request, reply)
+    except Exception as exc:  # noqa: BLE001 - any validation failure is INVALID_RESPONSE
+        _log.warning(
+            "judge response rejected: %s (%s)", Reason.INVALID_RESPONSE, type(exc).__name__
+        )
+        return _Outcome(Reason.INVALID_RESPONSE, usage)
+    return _Outcome(None, usage, reply)
+
+
+def _usage_of(model: object, usage: object) -> RequestUsage:
+    return RequestUsage(
+        model=model if isinstance(model, str) else None,
+        usage=usage if isinstance(usage, Usage) else None,
+    )
+
+
+def _log_failure(metric_id: str, reason: str, exc: Exception) -> None:
+    # The exception *type* only: messages may quote evidence, keys or model output.
+    _log.warning("metric %s: %s (%s)", metric_id, reason, type(exc).__name__)

@@ -18,7 +18,7 @@ ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
 
 def check_id(value: str, what: str = "metric id") -> str:
-    """Return ``value`` if it matches ``^[A-Za-z][A-Za-z0-9_]{0,63}$``, else raise ``ValueError``."""
+    """Return ``value`` if it matches :data:`ID_PATTERN` in full, else raise ``ValueError``."""
     if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
         raise ValueError(f"invalid {what}: must match ^[A-Za-z][A-Za-z0-9_]{{0,63}}$")
     return value
@@ -31,7 +31,7 @@ class Metric(Protocol):
     - ``precheck`` returns a final result (usually SKIPPED) or ``None`` to continue.
     - ``state`` returns a deterministic JSON map of the evidence the judge should see.
     - ``questions`` maps local question ids to typed questions (may be empty).
-    - ``reduce`` maps ``{local id: answer}`` to a result; it gets ``{}`` when there are no questions.
+    - ``reduce`` maps ``{local id: answer}`` to a result (``{}`` when there are no questions).
     """
 
     @property

@@ -92,16 +92,22 @@ class Thresholds(BaseModel):
     def _ordered(self) -> Thresholds:
         fail, pass_ = self.fail_at_or_below, self.pass_at_or_above
         if not (math.isfinite(fail) and math.isfinite(pass_) and 0 <= fail < pass_ <= 1):
-            raise ValueError("thresholds must satisfy 0 <= fail_at_or_below < pass_at_or_above <= 1")
+            raise ValueError(
+                "thresholds must satisfy 0 <= fail_at_or_below < pass_at_or_above <= 1"
+            )
         return self
 
     def assess(self, score: float, evidence: JsonValue = None) -> MetricResult:
-        """DECIDED when ``score <= fail`` or ``score >= pass`` (both inclusive), else INCONCLUSIVE."""
+        """DECIDED when ``score <= fail`` or ``score >= pass`` (inclusive), else INCONCLUSIVE."""
         ev = {} if evidence is None else evidence
         if score <= self.fail_at_or_below or score >= self.pass_at_or_above:
             passed = score >= self.pass_at_or_above
             return MetricResult(
-                status=Status.DECIDED, score=score, passed=passed, reason=Reason.DECIDED, evidence=ev
+                status=Status.DECIDED,
+                score=score,
+                passed=passed,
+                reason=Reason.DECIDED,
+                evidence=ev,
             )
         return MetricResult(
             status=Status.INCONCLUSIVE, score=score, reason=Reason.INCONCLUSIVE, evidence=ev

@@ -17,6 +17,7 @@ Exception tree (foreign httpx exceptions are translated once, in the HTTP judges
 from ._chat import ChatJudge
 from ._deadline import remaining_s, use_deadline
 from ._errors import InvalidReply, JudgeError
+from ._http import RetryPolicy
 from ._protocol import Judge
 from ._synthetic import SyntheticJudge
 from ._systemone import SystemOneJudge
@@ -49,6 +50,7 @@ __all__ = [
     "NoulAnswer",
     "NoulQuestion",
     "Question",
+    "RetryPolicy",
     "ScoreAnswer",
     "ScoreQuestion",
     "SyntheticJudge",

@@ -1,7 +1,7 @@
-"""System One (Jev) wire models: requests, typed questions, answers and usage (jev-semantics §A.2-A.3).
+"""System One (Jev) wire models: requests, questions, answers and usage (jev-semantics §A.2-A.3).
 
 The models describe the *shape* of the wire JSON. Semantic checks (key sets, sums, ranges) live in
-:mod:`worker.judges._validation`, because the evaluator must apply them to whatever any judge returns.
+:mod:`worker.judges._validation`: the evaluator applies them to whatever any judge returns.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ class Usage(_StrictWire):
 
 
 class JudgeResponse(_StrictWire):
-    """A judge's answer to one request. ``usage=None`` means unknown (and fails strict validation)."""
+    """A judge's answer to one request. ``usage=None`` means unknown (fails strict validation)."""
 
     model: str
     answers: Annotated[Mapping[str, Answer], *_ReadOnly]

@@ -1,0 +1,641 @@
+"""Backfill: stream historical trace files onto the backfill lane, resumably, at a bounded pace.
+
+``run_backfill(paths, send, store)`` reads JSONL/JSON/OTLP files (or directories of them) with
+:func:`producer._reader.read_located` — one record at a time, so memory does not grow with the
+input — stamps each snapshot for the backfill, and hands ``send`` batches of ``batch_size``
+snapshots (``Producer.enqueue_many(batch, lane=Lane.BACKFILL, batch_size=per_message)`` packs
+them into few messages over one connection).
+
+Choices, and why:
+
+- **Backfill id.** Deterministic from the resolved input paths and the options that change
+  snapshot content (format, unit, metric set, sampler), unless given. Every snapshot records
+  ``Sampling(lane=backfill, rule="backfill:<id>")``, so re-running the same backfill produces
+  byte-identical snapshots — the same content-addressed ids — and the worker's idempotency makes
+  the duplicates harmless; and the store can count what one backfill got evaluated.
+- **Checkpoints.** After each batch is sent, ``store.record_checkpoint(id, source, position,
+  enqueued)`` appends how far that file got. ``position`` is the ordinal of snapshots read from
+  the file, not a line number: one line can hold several snapshots (``tool_call`` units, arrays)
+  and group formats (OTLP) emit traces only when they close, so only the ordinal is exact. A
+  finished file gets a ``complete:<path>`` checkpoint and is not even re-read on resume.
+  ``resume=ID`` re-reads an unfinished file and skips (without sending) what was already sent;
+  at worst the batch in flight at an interruption is sent twice, which idempotency absorbs.
+- **Back-pressure.** Before each batch, while ``queue_depth()`` (messages waiting, e.g.
+  :class:`RedisQueueDepth`) is at or above ``max_queue_depth``, the pump waits: Redis holds every
+  queued message in memory (~1-1.4 KB each), and the broker is not a database.
+- **Rate limit.** ``rate_limit_per_s`` paces snapshots (not messages) with a simple schedule.
+- **Transient send failures** retry with stamina (bounded); then :class:`BackfillError` is raised
+  with the id to resume from — nothing after the last checkpoint is assumed sent.
+- **Invalid input** is reported by the reader (file, line, field, reason code) in an
+  :class:`~producer._reader.ImportErrorReport`; the rest of the file is processed and the
+  summary counts rejected lines. Nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import redis
+import stamina
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from worker._json import canonical_json
+
+from ._reader import ImportErrorReport, RejectedLine, read_located
+from ._sampling import Sampler, replace_fields
+from .snapshot import Lane, OutcomeEvent, Sampling, Snapshot
+
+__all__ = [
+    "COMPLETE_PREFIX",
+    "TRACE_SUFFIXES",
+    "BackfillError",
+    "BackfillProgress",
+    "BackfillRetry",
+    "BackfillStore",
+    "BackfillSummary",
+    "OutcomeSummary",
+    "RedisQueueDepth",
+    "backfill_id_for",
+    "backfill_rule",
+    "expand_paths",
+    "rich_progress",
+    "run_backfill",
+    "send_outcomes",
+    "store_counts",
+]
+
+TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json")
+COMPLETE_PREFIX = "complete:"
+"""Checkpoint source marking a finished file (sources are absolute paths, so no clash)."""
+
+SendBatch = Callable[[Sequence[Snapshot]], object]
+EvaluatedCounts = Callable[[str], "tuple[int, int] | None"]
+_NOT_RETRIED = (TypeError, ValueError)
+
+
+# --- store and progress types --------------------------------------------------------------------
+
+
+class _Checkpoint(Protocol):
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def enqueued(self) -> int: ...
+
+
+class BackfillStore(Protocol):
+    """The part of :class:`worker.store.Store` a backfill uses (checkpoints only)."""
+
+    def record_checkpoint(
+        self, backfill_id: str, source: str, offset: int, enqueued: int
+    ) -> object: ...
+
+    def latest_checkpoint(self, backfill_id: str, source: str) -> _Checkpoint | None: ...
+
+
+@dataclass(frozen=True)
+class BackfillProgress:
+    """Counts so far. ``read`` includes ``skipped`` (sent by an earlier run of the same id).
+
+    ``evaluated``/``failed`` are read back from the store (``None`` when it cannot say);
+    ``queue_depth`` is the last depth seen, ``waiting`` true while back-pressure holds the pump.
+    """
+
+    backfill_id: str
+    files_total: int
+    files_done: int = 0
+    source: str | None = None
+    read: int = 0
+    skipped: int = 0
+    enqueued: int = 0
+    sampled_out: int = 0
+    rejected: int = 0
+    not_ready: int = 0
+    batches: int = 0
+    evaluated: int | None = None
+    failed: int | None = None
+    queue_depth: int | None = None
+    waiting: bool = False
+
+
+@dataclass(frozen=True)
+class BackfillSummary:
+    """The outcome of one run: final counts, whether a stop hook ended it, rejected examples."""
+
+    progress: BackfillProgress
+    stopped: bool
+    rejected_examples: tuple[RejectedLine, ...]
+
+    @property
+    def backfill_id(self) -> str:
+        """The id to pass to ``resume``."""
+        return self.progress.backfill_id
+
+
+class BackfillError(RuntimeError):
+    """The run could not continue (``code``, e.g. ``SEND_FAILED``); resume from ``progress``."""
+
+    def __init__(self, code: str, progress: BackfillProgress) -> None:
+        super().__init__(f"{code}: resume with backfill id {progress.backfill_id}")
+        self.code = code
+        self.progress = progress
+
+
+# --- inputs and identity -------------------------------------------------------------------------
+
+
+def _visible(path: Path, root: Path) -> bool:
+    return not any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Absolute files in order: files as given, directories expanded (sorted, recursive).
+
+    Directory members must end in :data:`TRACE_SUFFIXES`; hidden files and folders are skipped.
+    A missing path raises ``FileNotFoundError`` before anything is sent.
+    """
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw).resolve()
+        if path.is_dir():
+            members = (p for p in path.rglob("*") if p.is_file() and _visible(p, path))
+            found.update(dict.fromkeys(sorted(p for p in members if _is_trace_file(p))))
+        elif path.is_file():
+            found[path] = None
+        else:
+            raise FileNotFoundError(f"backfill input not found: {path}")
+    return list(found)
+
+
+def _is_trace_file(path: Path) -> bool:
+    return path.suffix.lower() in TRACE_SUFFIXES
+
+
+def _sampler_config(sampler: Sampler | None) -> Any:
+    if sampler is None:
+        return None
+    rules = [rule.model_dump(mode="json") for rule in (*sampler.rules, sampler.default)]
+    return {"rules": rules}
+
+
+def backfill_id_for(
+    sources: Sequence[Path],
+    *,
+    format: str = "auto",  # noqa: A002 - mirrors read_snapshots
+    unit: str = "invocation",
+    metric_set: str | None = None,
+    sampler: Sampler | None = None,
+) -> str:
+    """``bf-`` + 20 hex of sha256 over the inputs and content-changing options."""
+    spec = {
+        "paths": [str(p) for p in sources],
+        "format": format,
+        "unit": unit,
+        "metric_set": metric_set,
+        "sampler": _sampler_config(sampler),
+    }
+    return "bf-" + hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:20]
+
+
+def backfill_rule(backfill_id: str) -> str:
+    """The ``Sampling.rule`` of this backfill's snapshots (a sampler's rule follows a ``/``)."""
+    return f"backfill:{backfill_id}"
+
+
+# --- back-pressure, pacing, retries --------------------------------------------------------------
+
+
+class RedisQueueDepth:
+    """Messages waiting in a kombu queue on Redis: the sum of LLEN over the queue and its
+    priority sub-lists (``q``, ``q\\x06\\x163``, ``q\\x06\\x166``, ``q\\x06\\x169`` by default).
+
+    ``include_unacked`` adds ``HLEN unacked`` (messages delivered but not acked, all queues).
+    Adapt ``priority_steps``/``sep``/``key_prefix`` if the broker transport options change them.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        *,
+        priority_steps: Sequence[int] = (0, 3, 6, 9),
+        sep: str = "\x06\x16",
+        key_prefix: str = "",
+        include_unacked: bool = False,
+    ) -> None:
+        self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        names = [queue if step == 0 else f"{queue}{sep}{step}" for step in priority_steps]
+        self.keys = tuple(key_prefix + name for name in names)
+        self._unacked = key_prefix + "unacked" if include_unacked else None
+
+    def __call__(self) -> int:
+        """Current depth in messages (one pipelined round trip)."""
+        pipe = self._client.pipeline(transaction=False)
+        for key in self.keys:
+            pipe.llen(key)
+        if self._unacked is not None:
+            pipe.hlen(self._unacked)
+        return sum(int(n) for n in pipe.execute())
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._client.close()
+
+
+class _Pacer:
+    """At most ``rate_per_s`` items per second on average, without bursts above one batch."""
+
+    def __init__(self, rate_per_s: float | None) -> None:
+        if rate_per_s is not None and rate_per_s <= 0:
+            raise ValueError("rate_limit_per_s must be positive")
+        self.rate_per_s = rate_per_s
+        self._next_at = time.monotonic()
+
+    def wait(self, items: int) -> None:
+        if self.rate_per_s is None:
+            return
+        now = time.monotonic()
+        if self._next_at > now:
+            time.sleep(self._next_at - now)
+        self._next_at = max(now, self._next_at) + items / self.rate_per_s
+
+
+@dataclass(frozen=True)
+class BackfillRetry:
+    """Bounded retries of one batch send (or depth read) before the backfill gives up."""
+
+    attempts: int = 6
+    timeout_s: float = 120.0
+    wait_initial_s: float = 0.5
+    wait_max_s: float = 10.0
+
+
+def _transient(exc: Exception) -> bool:
+    return not isinstance(exc, _NOT_RETRIED)
+
+
+def _retrying(call: Callable[[], Any], policy: BackfillRetry) -> Any:
+    for attempt in stamina.retry_context(
+        on=_transient,
+        attempts=policy.attempts,
+        timeout=policy.timeout_s,
+        wait_initial=policy.wait_initial_s,
+        wait_max=policy.wait_max_s,
+    ):
+        with attempt:
+            return call()
+    raise AssertionError("unreachable: stamina re-raises the last error")  # pragma: no cover
+
+
+# --- evaluated read-back -------------------------------------------------------------------------
+
+
+def store_counts(store: object) -> EvaluatedCounts | None:
+    """Read-back of (evaluated, failed) for a backfill id from a store that can count them.
+
+    Uses ``store.backfill_counts(backfill_id) -> (evaluated, failed)`` when the store has it;
+    ``None`` otherwise (the progress bar then shows ``?`` for both).
+    """
+    counts = getattr(store, "backfill_counts", None)
+    if not callable(counts):
+        return None
+
+    def read(backfill_id: str) -> tuple[int, int] | None:
+        evaluated, failed = counts(backfill_id)
+        return int(evaluated), int(failed)
+
+    return read
+
+
+# --- the pump ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Options:
+    send: SendBatch
+    store: BackfillStore | None
+    backfill_id: str
+    resuming: bool
+    batch_size: int
+    format: str
+    unit: str
+    metric_set: str | None
+    sampler: Sampler | None
+    queue_depth: Callable[[], int] | None
+    max_queue_depth: int | None
+    pacer: _Pacer
+    poll_interval_s: float
+    retry: BackfillRetry
+    progress: Callable[[BackfillProgress], None] | None
+    evaluated: EvaluatedCounts | None
+    evaluated_interval_s: float
+    should_stop: Callable[[BackfillProgress], bool] | None
+
+
+class _Stop(Exception):
+    """Internal: the stop hook asked to end after the current checkpoint."""
+
+
+@dataclass
+class _Pump:
+    opts: _Options
+    report: ImportErrorReport
+    counts: dict[str, Any]  # BackfillProgress fields, mutable on the hot path; copies go out
+    _evaluated_at: float = field(default=-1e9)
+
+    # progress ---------------------------------------------------------------------------------
+
+    def _set(self, **changes: Any) -> None:
+        self.counts.update(changes)
+
+    def _bump(self, name: str, by: int = 1) -> None:
+        self.counts[name] += by
+
+    def snapshot(self) -> BackfillProgress:
+        return BackfillProgress(**self.counts)
+
+    def _emit(self, *, force_evaluated: bool = False) -> None:
+        self._set(rejected=self.report.rejected_count, not_ready=self.report.not_ready_count)
+        self._refresh_evaluated(force=force_evaluated)
+        if self.opts.progress is not None:
+            self.opts.progress(self.snapshot())
+
+    def _refresh_evaluated(self, *, force: bool) -> None:
+        reader = self.opts.evaluated
+        now = time.monotonic()
+        due = now - self._evaluated_at >= self.opts.evaluated_interval_s
+        if reader is None or not (force or due):
+            return
+        self._evaluated_at = now
+        counts = reader(self.opts.backfill_id)
+        if counts is not None:
+            self._set(evaluated=counts[0], failed=counts[1])
+
+    # stamping ---------------------------------------------------------------------------------
+
+    def _stamp(self, snapshot: Snapshot) -> Snapshot | None:
+        rule = backfill_rule(self.opts.backfill_id)
+        update: dict[str, Any] = {}
+        if self.opts.metric_set is not None:
+            update["metric_set"] = self.opts.metric_set
+        sampler = self.opts.sampler
+        if sampler is None:
+            stamp = Sampling(lane=Lane.BACKFILL, rate=1.0, weight=1.0, rule=rule)
+            return replace_fields(snapshot, sampling=stamp, **update)
+        if update:
+            snapshot = replace_fields(snapshot, **update)
+        return sampler.sample(snapshot, lane=Lane.BACKFILL, rule_prefix=rule + "/")
+
+    # sending ----------------------------------------------------------------------------------
+
+    def _wait_for_room(self) -> None:
+        depth_of, limit = self.opts.queue_depth, self.opts.max_queue_depth
+        if depth_of is None or limit is None:
+            return
+        while (depth := int(_retrying(depth_of, self.opts.retry))) >= limit:
+            self._set(queue_depth=depth, waiting=True)
+            self._emit()
+            time.sleep(self.opts.poll_interval_s)
+        self._set(queue_depth=depth, waiting=False)
+
+    def _send(self, source: str, batch: list[Snapshot], position: int, enqueued: int) -> int:
+        """Send one batch, then checkpoint; returns the source's new enqueued count."""
+        if batch:
+            self._wait_for_room()
+            self.opts.pacer.wait(len(batch))
+            try:
+                _retrying(lambda: self.opts.send(batch), self.opts.retry)
+            except Exception:  # noqa: BLE001 - any send failure ends the run resumably
+                raise BackfillError("SEND_FAILED", self.snapshot()) from None
+            enqueued += len(batch)
+            self._bump("enqueued", len(batch))
+            self._bump("batches")
+        self._checkpoint(source, position, enqueued)
+        self._emit()
+        if self.opts.should_stop is not None and self.opts.should_stop(self.snapshot()):
+            raise _Stop
+        return enqueued
+
+    def _checkpoint(self, source: str, position: int, enqueued: int) -> None:
+        store = self.opts.store
+        if store is not None:
+            store.record_checkpoint(self.opts.backfill_id, source, position, enqueued)
+
+    # reading ----------------------------------------------------------------------------------
+
+    def _start(self, source: str) -> tuple[int, int] | None:
+        """(position, enqueued) to resume ``source`` from; ``None`` when it is complete."""
+        store = self.opts.store
+        if not self.opts.resuming or store is None:
+            return 0, 0
+        if store.latest_checkpoint(self.opts.backfill_id, COMPLETE_PREFIX + source) is not None:
+            return None
+        last = store.latest_checkpoint(self.opts.backfill_id, source)
+        return (0, 0) if last is None else (last.position, last.enqueued)
+
+    def run_source(self, path: Path) -> None:
+        source = str(path)
+        self._set(source=source)
+        start = self._start(source)
+        if start is None:
+            self._bump("files_done")
+            return
+        done, enqueued = start
+        batch: list[Snapshot] = []
+        position = 0
+        for position, located in enumerate(self._read(path), start=1):
+            self._bump("read")
+            if position <= done:
+                self._bump("skipped")
+                continue
+            stamped = self._stamp(located.snapshot)
+            if stamped is None:
+                self._bump("sampled_out")
+            else:
+                batch.append(stamped)
+            if len(batch) >= self.opts.batch_size:
+                enqueued = self._send(source, batch, position, enqueued)
+                batch = []
+        if batch or position > done:
+            enqueued = self._send(source, batch, position, enqueued)
+        self._checkpoint(COMPLETE_PREFIX + source, position, enqueued)
+        self._bump("files_done")
+
+    def _read(self, path: Path) -> Iterator[Any]:
+        return read_located(path, self.opts.format, self.opts.unit, report=self.report)
+
+
+def run_backfill(
+    paths: Iterable[str | Path],
+    send: SendBatch,
+    store: BackfillStore | None = None,
+    *,
+    backfill_id: str | None = None,
+    resume: str | None = None,
+    batch_size: int = 500,
+    max_queue_depth: int | None = None,
+    queue_depth: Callable[[], int] | None = None,
+    rate_limit_per_s: float | None = None,
+    progress: Callable[[BackfillProgress], None] | None = None,
+    evaluated: EvaluatedCounts | None = None,
+    format: str = "auto",  # noqa: A002 - mirrors read_snapshots
+    unit: str = "invocation",
+    metric_set: str | None = None,
+    sampler: Sampler | None = None,
+    poll_interval_s: float = 0.5,
+    evaluated_interval_s: float = 2.0,
+    retry: BackfillRetry = BackfillRetry(),
+    should_stop: Callable[[BackfillProgress], bool] | None = None,
+    report: ImportErrorReport | None = None,
+) -> BackfillSummary:
+    """Stream ``paths`` onto the backfill lane (see the module docstring).
+
+    ``send(batch)`` enqueues one batch (raising on failure). ``store`` records checkpoints and
+    is required for ``resume``. ``queue_depth()`` + ``max_queue_depth`` give back-pressure (in
+    messages). ``should_stop(progress)``, checked after each checkpoint, ends the run early and
+    cleanly (an operator's Ctrl-C handler, or a test's interruption).
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    if resume is not None and store is None:
+        raise ValueError("resume needs the store that holds the checkpoints")
+    sources = expand_paths(paths)
+    computed = backfill_id_for(
+        sources, format=format, unit=unit, metric_set=metric_set, sampler=sampler
+    )
+    if resume is not None and resume.startswith("bf-") and resume != computed:
+        raise ValueError("resume id does not match these paths and options (BACKFILL_MISMATCH)")
+    chosen = resume or backfill_id or computed
+    opts = _Options(
+        send=send, store=store, backfill_id=chosen, resuming=resume is not None,
+        batch_size=batch_size, format=format, unit=unit, metric_set=metric_set,
+        sampler=sampler, queue_depth=queue_depth, max_queue_depth=max_queue_depth,
+        pacer=_Pacer(rate_limit_per_s), poll_interval_s=poll_interval_s, retry=retry,
+        progress=progress, evaluated=evaluated, evaluated_interval_s=evaluated_interval_s,
+        should_stop=should_stop,
+    )  # fmt: skip
+    return _run(opts, sources, report or ImportErrorReport())
+
+
+def _run(opts: _Options, sources: list[Path], report: ImportErrorReport) -> BackfillSummary:
+    start = BackfillProgress(backfill_id=opts.backfill_id, files_total=len(sources))
+    pump = _Pump(opts, report, asdict(start))
+    stopped = False
+    try:
+        for path in sources:
+            pump.run_source(path)
+    except _Stop:
+        stopped = True
+    pump._set(source=None, waiting=False)
+    pump._emit(force_evaluated=True)
+    return BackfillSummary(pump.snapshot(), stopped, tuple(report.rejected))
+
+
+# --- progress display ----------------------------------------------------------------------------
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _describe(p: BackfillProgress) -> str:
+    text = (
+        f"read {p.read} · enqueued {p.enqueued} · evaluated {_count(p.evaluated)} · "
+        f"failed {_count(p.failed)} · rejected lines {p.rejected}"
+    )
+    if p.skipped:
+        text += f" · already sent {p.skipped}"
+    if p.waiting:
+        text += f" · waiting: queue depth {p.queue_depth}"
+    return text
+
+
+@contextmanager
+def rich_progress(console: Console | None = None) -> Iterator[Callable[[BackfillProgress], None]]:
+    """A rich progress display; yields the ``progress`` callback for :func:`run_backfill`.
+
+    The bar is evaluated/enqueued (the store's read-back); the line shows read, enqueued,
+    evaluated, failed and rejected counts, and when back-pressure holds the pump.
+    """
+    display = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[counts]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with display:
+        task = display.add_task("backfill", total=None, counts="")
+
+        def update(p: BackfillProgress) -> None:
+            display.update(
+                task,
+                description=f"{p.backfill_id} [{p.files_done}/{p.files_total} files]",
+                completed=p.evaluated or 0,
+                total=p.enqueued or None,
+                counts=_describe(p),
+            )
+
+        yield update
+
+
+# --- outcomes ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutcomeSummary:
+    """Outcome events sent, lines rejected (with the first examples)."""
+
+    sent: int
+    rejected: int
+    rejected_examples: tuple[RejectedLine, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for ``--json`` output."""
+        return asdict(self)
+
+
+def _outcome_rejection(path: Path, line: int, exc: ValidationError) -> RejectedLine:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "type": "invalid"}
+    where = ".".join(str(p) for p in first["loc"]) or "$"
+    code = "INVALID_JSON" if first["type"] == "json_invalid" else "INVALID_FIELD"
+    return RejectedLine(
+        path=str(path), line=line, field=where, code=code, message="value fails validation"
+    )
+
+
+def send_outcomes(
+    path: str | Path, send: Callable[[OutcomeEvent], object], *, keep: int = 1000
+) -> OutcomeSummary:
+    """Stream a JSONL file of outcome events to ``send`` (e.g. ``Producer.outcome``).
+
+    A bad line is rejected with its file, line and field (the JSON path pydantic names) and the
+    rest of the file is still sent; the summary counts every rejection and keeps ``keep`` of them.
+    """
+    source = Path(path)
+    sent, rejected = 0, 0
+    examples: list[RejectedLine] = []
+    with source.open(encoding="utf-8") as lines:
+        for number, text in enumerate(lines, start=1):
+            if not text.strip():
+                continue
+            try:
+                event = OutcomeEvent.model_validate_json(text)
+            except ValidationError as exc:
+                rejected += 1
+                if len(examples) < keep:
+                    examples.append(_outcome_rejection(source, number, exc))
+                continue
+            send(event)
+            sent += 1
+    return OutcomeSummary(sent, rejected, tuple(examples))

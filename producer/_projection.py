@@ -1,0 +1,128 @@
+"""Snapshot → engine :class:`~worker.evaluation.Trace` (used by :meth:`Snapshot.trace`).
+
+The in-window events become OpenAI chat-format messages, in order, and go through
+:meth:`Trace.from_messages`, so a snapshot is normalized by exactly the same §B rules as any
+other trace. Tool-call events join the assistant message named by ``parent_id`` (else the
+assistant message right before them, else a new assistant message with no text). Importer issue
+codes on events and on the snapshot are appended to the trace's issues, making it incomplete.
+A ``tool_call`` unit's proposed call (outside the window) becomes the field ``proposed_call``
+(``{name, arguments}``), never a ``tool_calls`` entry, so no result can leak into it.
+
+Only evidence crosses over: gold labels, slice metadata, sampling and redaction facts are never
+part of the trace, so they can never reach a judge.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from worker._json import thaw
+from worker.evaluation import Trace
+
+if TYPE_CHECKING:
+    from .snapshot import Event, Snapshot, ToolRound, ToolSpec
+
+__all__ = ["project"]
+
+
+def project(snapshot: Snapshot) -> Trace:
+    """The trace of a snapshot's events (the caller has already checked the window)."""
+    projector = _Projector()
+    for event in snapshot.events:
+        projector.add(event)
+    base = Trace.from_messages(snapshot.trace_id, projector.messages, _catalog(snapshot.tools))
+    fields = {**base.fields, **_extras(snapshot, projector.positions)}
+    issues = (*base.issues, *projector.issues, *snapshot.issues)
+    return Trace(snapshot.trace_id, fields, issues)
+
+
+class _Projector:
+    """Accumulates messages, the message index holding each event, and importer issues."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.positions: dict[str, int] = {}
+        self.issues: list[str] = []
+
+    def add(self, event: Event) -> None:
+        self.issues.extend(event.issues)
+        kind = event.type.value
+        if kind == "tool_call":
+            index = self._host(event.parent_id)
+            self.messages[index].setdefault("tool_calls", []).append(_call(event))
+        elif kind == "tool_result":
+            index = self._append(_result(event))
+        else:
+            index = self._append({"role": kind, "content": event.text})
+        self.positions[event.id] = index
+
+    def _append(self, message: dict[str, Any]) -> int:
+        self.messages.append(message)
+        return len(self.messages) - 1
+
+    def _host(self, parent_id: str | None) -> int:
+        """The assistant message a call belongs to (created when there is none)."""
+        index = self.positions.get(parent_id) if parent_id is not None else None
+        if index is not None and self.messages[index]["role"] == "assistant":
+            return index
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            return len(self.messages) - 1
+        return self._append({"role": "assistant", "content": None})
+
+
+def _call(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.call_id,
+        "type": "function",
+        "function": {"name": event.tool_name, "arguments": _arguments(event.arguments)},
+    }
+
+
+def _arguments(value: Any) -> str | None:
+    """JSON text of parsed arguments; a raw string (unparsable text) passes through verbatim."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(thaw(value), ensure_ascii=False)
+
+
+def _result(event: Event) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": event.call_id, "content": event.text}
+    if event.tool_name is not None:
+        message["name"] = event.tool_name
+    if event.status is not None:
+        message["status"] = event.status
+    return message
+
+
+def _catalog(tools: Iterable[ToolSpec] | None) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    return [
+        {"name": t.name, "description": t.description, "parameters": thaw(t.parameters)}
+        for t in tools
+    ]
+
+
+def _extras(snapshot: Snapshot, positions: dict[str, int]) -> dict[str, Any]:
+    extras: dict[str, Any] = {}
+    if snapshot.tool_rounds is not None:
+        extras["available_tool_snapshots"] = _rounds(snapshot.tool_rounds, positions)
+    call = snapshot.unit.call
+    if call is not None:
+        extras["proposed_call"] = {"name": call.tool_name, "arguments": thaw(call.arguments)}
+    for key in ("contexts", "claims", "expected_tool_calls"):
+        value = getattr(snapshot, key)
+        if value is not None:
+            extras[key] = thaw(value)
+    return extras
+
+
+def _rounds(rounds: Iterable[ToolRound], positions: dict[str, int]) -> list[dict[str, Any]]:
+    """Each round's catalog, placed at the index of the message that round produced."""
+    return [
+        {"after_message_count": positions[r.event_id], "tools": _catalog(r.tools)}
+        for r in rounds
+        if r.event_id in positions
+    ]

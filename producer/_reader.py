@@ -1,0 +1,439 @@
+"""Read a trace file into snapshots: streaming, in file order, bad lines reported not fatal.
+
+``read_snapshots(path, format="auto", unit="invocation", ...)`` reads JSONL line by line (one
+JSON value per line; an array value is a list of records), or, when the file is one pretty-
+printed JSON document, that document. Record formats are parsed and cut as each line is read, so
+memory stays constant. Group formats (OTLP spans/logs, LangSmith runs) are buffered per trace
+until their root closes them (or the file ends); at most ``max_open_traces`` groups are held,
+past which the oldest closed (else oldest) group is parsed early.
+
+Invalid input never stops the file when a :class:`ImportErrorReport` is passed: each bad line
+becomes a :class:`RejectedLine` naming file, line, field (a JSON path) and a reason code, and
+the rest of the file is processed. Without a report the first bad line raises
+:class:`InvalidTraceError`. Traces with in-flight work are never snapshotted: they are recorded
+as :class:`NotReady` in the report (or logged when there is none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from producer._units import NotReadyError, UnitName, cut
+from producer.importers import FORMATS, FieldError, GroupFormat, ParsedTrace, RecordFormat, detect
+from producer.snapshot import Snapshot
+from worker._json import canonical_json
+
+__all__ = [
+    "ImportErrorReport",
+    "InvalidTraceError",
+    "Located",
+    "NotReady",
+    "RejectedLine",
+    "read_located",
+    "read_snapshots",
+]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+
+class RejectedLine(BaseModel):
+    """One rejected input: where (file, 1-based line, JSON path of the field) and why (code)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    line: int
+    field: str
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.field}: {self.code}: {self.message}"
+
+
+class NotReady(BaseModel):
+    """A trace that gave no snapshot: in-flight work (``code`` from the importer) or no unit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    line: int
+    trace_id: str
+    code: str
+
+
+class InvalidTraceError(ValueError):
+    """Raised (when no report collects errors) for the first invalid line."""
+
+    def __init__(self, rejected: RejectedLine) -> None:
+        super().__init__(str(rejected))
+        self.rejected = rejected
+
+
+@dataclass
+class ImportErrorReport:
+    """Collects rejected lines and not-ready traces: counts all, keeps the first ``keep``."""
+
+    keep: int = 1000
+    rejected: list[RejectedLine] = field(default_factory=list)
+    not_ready: list[NotReady] = field(default_factory=list)
+    rejected_count: int = 0
+    not_ready_count: int = 0
+    lines_read: int = 0
+    traces: int = 0
+    snapshots: int = 0
+
+    def reject(self, item: RejectedLine) -> None:
+        """Record one rejected line."""
+        self.rejected_count += 1
+        if len(self.rejected) < self.keep:
+            self.rejected.append(item)
+
+    def defer(self, item: NotReady) -> None:
+        """Record one trace that was not made into a snapshot."""
+        self.not_ready_count += 1
+        if len(self.not_ready) < self.keep:
+            self.not_ready.append(item)
+
+    @property
+    def rejected_lines(self) -> int:
+        """Distinct lines with at least one rejection (among the kept ones)."""
+        return len({(r.path, r.line) for r in self.rejected})
+
+
+@dataclass(frozen=True)
+class Located:
+    """A snapshot and the 1-based line of the file where its trace started."""
+
+    path: str
+    line: int
+    snapshot: Snapshot
+
+
+@dataclass
+class _Group:
+    line: int
+    payloads: list[Any]
+    closed: bool = False
+
+
+@dataclass
+class _Run:
+    """State of one read: options, error sink, and the open groups of group formats."""
+
+    path: str
+    forced: str | None
+    unit: UnitName
+    cutoff_event_id: str | None
+    max_open: int
+    report: ImportErrorReport | None
+    groups: OrderedDict[tuple[str, str], _Group] = field(default_factory=OrderedDict)
+    flushed: set[tuple[str, str]] = field(default_factory=set)
+
+    def reject(self, line: int, fld: str, code: str, message: str) -> None:
+        rejected = RejectedLine(path=self.path, line=line, field=fld, code=code, message=message)
+        if self.report is None:
+            raise InvalidTraceError(rejected)
+        self.report.reject(rejected)
+
+    def defer(self, line: int, trace_id: str, code: str) -> None:
+        item = NotReady(path=self.path, line=line, trace_id=trace_id, code=code)
+        if self.report is None:
+            log.info("trace not snapshotted: %s:%d %s %s", self.path, line, trace_id, code)
+            return
+        self.report.defer(item)
+
+
+def read_snapshots(
+    path: str | Path,
+    format: str = "auto",  # noqa: A002 - the public name the CLI's --format mirrors
+    unit: str = "invocation",
+    *,
+    report: ImportErrorReport | None = None,
+    cutoff_event_id: str | None = None,
+    max_open_traces: int = 10_000,
+) -> Iterator[Snapshot]:
+    """Snapshots of every trace in ``path``, in file order (see the module docstring).
+
+    ``format``: ``"auto"`` or a name in :data:`producer.importers.FORMATS`. ``unit``:
+    ``invocation`` | ``session`` | ``tool_call`` | ``through_event`` (needs ``cutoff_event_id``).
+    """
+    for located in read_located(
+        path,
+        format,
+        unit,
+        report=report,
+        cutoff_event_id=cutoff_event_id,
+        max_open_traces=max_open_traces,
+    ):
+        yield located.snapshot
+
+
+def read_located(
+    path: str | Path,
+    format: str = "auto",  # noqa: A002 - mirrors read_snapshots
+    unit: str = "invocation",
+    *,
+    report: ImportErrorReport | None = None,
+    cutoff_event_id: str | None = None,
+    max_open_traces: int = 10_000,
+) -> Iterator[Located]:
+    """Like :func:`read_snapshots`, with the line each snapshot's trace started on."""
+    run = _Run(
+        path=str(path),
+        forced=_check_format(format),
+        unit=_check_unit(unit, cutoff_event_id),
+        cutoff_event_id=cutoff_event_id,
+        max_open=max(1, max_open_traces),
+        report=report,
+    )
+    for line, text in _json_texts(Path(path), run):
+        if report is not None:
+            report.lines_read += 1
+        yield from _line(run, line, text)
+    yield from _flush(run, everything=True)
+
+
+def _check_format(name: str) -> str | None:
+    if name == "auto":
+        return None
+    if name not in FORMATS:
+        raise ValueError(f"unknown format {name!r}; expected auto or one of {sorted(FORMATS)}")
+    return name
+
+
+def _check_unit(unit: str, cutoff_event_id: str | None) -> UnitName:
+    try:
+        value = UnitName(unit)
+    except ValueError:
+        names = [u.value for u in UnitName]
+        raise ValueError(f"unknown unit {unit!r}; expected one of {names}") from None
+    if (value is UnitName.THROUGH_EVENT) != (cutoff_event_id is not None):
+        raise ValueError("cutoff_event_id is required by, and only by, unit='through_event'")
+    return value
+
+
+# --- input -----------------------------------------------------------------------------------
+
+
+def _json_texts(path: Path, run: _Run) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each non-blank line; a whole-file document yields one entry."""
+    first = True
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            text = _decode(raw, number, run)
+            if text is None or not text.strip():
+                continue
+            # Only the first non-blank line may open a pretty-printed multi-line document.
+            if first and _is_document_start(text):
+                document = _whole_document(path)
+                if document is not None:
+                    yield number, document
+                    return
+            first = False
+            yield number, text
+
+
+def _decode(raw: bytes, number: int, run: _Run) -> str | None:
+    try:
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError:
+        run.reject(number, "$", "INVALID_ENCODING", "line is not valid UTF-8")
+        return None
+
+
+def _is_document_start(text: str) -> bool:
+    """A first line that is an unfinished JSON value: the start of a pretty-printed document.
+
+    Only a value cut off by the end of the line qualifies (a line broken in the middle is just a
+    bad line), so a JSONL file with a bad first line is never read whole into memory.
+    """
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return False
+    try:
+        json.loads(stripped)
+    except json.JSONDecodeError as exc:
+        return exc.pos >= len(stripped)
+    except (ValueError, RecursionError):
+        return False
+    return False
+
+
+def _whole_document(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8-sig", errors="strict")
+        _loads(text)
+    except ValueError:  # includes UnicodeDecodeError: fall back to line-by-line rejections
+        return None
+    return text
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+# --- one line --------------------------------------------------------------------------------
+
+
+def _line(run: _Run, line: int, text: str) -> Iterator[Located]:
+    try:
+        value = _loads(text)
+    except ValueError:
+        run.reject(line, "$", "INVALID_JSON", "line is not valid JSON")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _record(run, line, item, f"[{index}]")
+    else:
+        yield from _record(run, line, value, "")
+
+
+def _record(run: _Run, line: int, value: Any, prefix: str) -> Iterator[Located]:
+    if not isinstance(value, dict):
+        run.reject(line, prefix or "$", "NOT_AN_OBJECT", "expected a JSON object")
+        return
+    name = run.forced or detect(value)
+    if name is None:
+        run.reject(line, prefix or "$", "UNKNOWN_FORMAT", "no importer recognizes this record")
+        return
+    fmt = FORMATS[name]
+    if isinstance(fmt, RecordFormat):
+        traces = _guard(run, line, prefix, lambda: fmt.parse(value, _fallback_id(value)))
+        yield from _emit(run, line, traces or [], prefix)
+    else:
+        yield from _collect(run, line, fmt, value, prefix)
+
+
+def _fallback_id(record: dict[str, Any]) -> str:
+    """A deterministic trace id for records without one: a digest of their content."""
+    try:
+        digest = hashlib.sha256(canonical_json(record).encode("utf-8", "surrogatepass"))
+    except ValueError:
+        digest = hashlib.sha256(repr(sorted(record)).encode("utf-8", "surrogatepass"))
+    return f"trace-{digest.hexdigest()[:24]}"
+
+
+def _guard(run: _Run, line: int, prefix: str, parse: Callable[[], _T]) -> _T | None:
+    """Run an importer; a malformed record becomes a rejection naming its field."""
+    try:
+        result = parse()
+    except FieldError as exc:
+        run.reject(line, _join(prefix, exc.field), exc.code, exc.message)
+        return None
+    except ValidationError as exc:
+        run.reject(line, _join(prefix, _loc(exc)), "INVALID_FIELD", "value fails validation")
+        return None
+    return result
+
+
+def _join(prefix: str, fld: str) -> str:
+    if not prefix:
+        return fld or "$"
+    return f"{prefix}.{fld}" if fld and not fld.startswith("[") else f"{prefix}{fld}"
+
+
+def _loc(exc: ValidationError) -> str:
+    errors = exc.errors()
+    return ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+
+
+def _emit(run: _Run, line: int, traces: Iterable[ParsedTrace], prefix: str) -> Iterator[Located]:
+    for trace in traces:
+        if run.report is not None:
+            run.report.traces += 1
+        for snapshot in _cut(run, line, trace, prefix):
+            if run.report is not None:
+                run.report.snapshots += 1
+            yield Located(run.path, line, snapshot)
+
+
+def _cut(run: _Run, line: int, trace: ParsedTrace, prefix: str) -> list[Snapshot]:
+    try:
+        snapshots = cut(trace, run.unit, run.cutoff_event_id)
+        for snapshot in snapshots:
+            _ = snapshot.snapshot_id  # proves the content hashes (lone surrogates do not)
+    except NotReadyError as exc:
+        run.defer(line, trace.trace_id, exc.code)
+        return []
+    except ValidationError as exc:
+        run.reject(line, _join(prefix, _loc(exc)), "INVALID_FIELD", "value fails validation")
+        return []
+    except UnicodeEncodeError:
+        run.reject(line, prefix or "$", "INVALID_UNICODE", "text holds an unpaired surrogate")
+        return []
+    return snapshots
+
+
+# --- group formats ---------------------------------------------------------------------------
+
+
+def _collect(
+    run: _Run, line: int, fmt: GroupFormat, value: dict[str, Any], prefix: str
+) -> Iterator[Located]:
+    session = run.unit is UnitName.SESSION
+    items = _guard(run, line, prefix, lambda: list(fmt.split(value, session)))
+    for item in items or []:
+        key = (fmt.name, item.key)
+        if key in run.flushed:
+            run.reject(line, prefix or "$", "LATE_ITEM", "item of an already-emitted trace")
+            continue
+        group = run.groups.setdefault(key, _Group(line, []))
+        group.payloads.append(item.payload)
+        group.closed = group.closed or item.closes
+    yield from _flush(run, everything=False)
+
+
+def _flush(run: _Run, *, everything: bool) -> Iterator[Located]:
+    """Parse groups: the oldest closed ones past the bound, or (at the end) all of them.
+
+    At the end of the file each format's ``merge`` sees all its traces at once, so a history
+    repeated by a later trace of the same conversation is only cut once.
+    """
+    if not everything:
+        while len(run.groups) > run.max_open:
+            key = next((k for k, g in run.groups.items() if g.closed), next(iter(run.groups)))
+            run.flushed.add(key)
+            yield from _emit_all(run, _parse_groups(run, [key]))
+        return
+    for name in dict.fromkeys(k[0] for k in run.groups):
+        keys = [k for k in run.groups if k[0] == name]
+        fmt = FORMATS[name]
+        assert isinstance(fmt, GroupFormat)  # only group formats are ever buffered
+        parsed = _parse_groups(run, keys)
+        kept = {id(t) for t in fmt.merge([t for _, t in parsed])}
+        yield from _emit_all(run, [(line, t) for line, t in parsed if id(t) in kept])
+
+
+def _parse_groups(run: _Run, keys: list[tuple[str, str]]) -> list[tuple[int, ParsedTrace]]:
+    parsed: list[tuple[int, ParsedTrace]] = []
+    for key in keys:
+        group = run.groups.pop(key)
+        fmt = FORMATS[key[0]]
+        assert isinstance(fmt, GroupFormat)  # only group formats are ever buffered
+        traces = _guard(run, group.line, "", partial(fmt.parse, key[1], group.payloads))
+        parsed.extend((group.line, trace) for trace in traces or [])
+    return parsed
+
+
+def _emit_all(run: _Run, parsed: list[tuple[int, ParsedTrace]]) -> Iterator[Located]:
+    for line, trace in parsed:
+        yield from _emit(run, line, [trace], "")

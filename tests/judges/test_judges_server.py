@@ -1,0 +1,114 @@
+"""The synthetic judge server itself: auth, logging, knobs, and the standalone process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.judges.judge_kit import NOUL
+from worker.judges import SystemOneJudge
+from worker.judges._server import JudgeServer, serve_in_thread, stall
+
+
+@pytest.mark.asyncio
+async def test_key_required_when_configured(keyed_server: JudgeServer) -> None:
+    """Started with a key: missing or wrong Bearer → 401; every request is counted and logged."""
+    async with httpx.AsyncClient() as client:
+        url = keyed_server.base_url + "/v1/systemone"
+        missing = await client.post(url, json=NOUL.wire())
+        wrong = await client.post(url, json=NOUL.wire(), headers={"Authorization": "Bearer no"})
+    assert (missing.status_code, wrong.status_code) == (401, 401)
+    assert keyed_server.count == 2
+    assert [r.headers.get("authorization") for r in keyed_server.requests] == [None, "Bearer no"]
+
+
+@pytest.mark.asyncio
+async def test_invalid_system_one_request_is_422(server: JudgeServer) -> None:
+    """A body that is not a valid System One request gets a FastAPI-style 422."""
+    async with httpx.AsyncClient() as client:
+        reply = await client.post(server.base_url + "/v1/systemone", json={"state": "s"})
+    assert reply.status_code == 422
+    assert reply.json()["detail"][0]["msg"]
+
+
+@pytest.mark.asyncio
+async def test_unknown_path_is_404(server: JudgeServer) -> None:
+    """Only …/v1/systemone and …/chat/completions are served."""
+    async with httpx.AsyncClient() as client:
+        reply = await client.post(server.base_url + "/v2/other", json={})
+    assert reply.status_code == 404
+
+
+@pytest.mark.asyncio
+async def test_latency_knob() -> None:
+    """latency_ms delays every answer by at least that long."""
+    with serve_in_thread(latency_ms=200) as server:
+        async with SystemOneJudge(server.base_url, api_key="k") as judge:
+            started = time.monotonic()
+            await judge(NOUL)
+    assert time.monotonic() - started >= 0.2
+
+
+def test_stop_releases_stalled_requests() -> None:
+    """Stopping the server ends a stalled request promptly (503) instead of hanging shutdown."""
+    replies: list[int] = []
+    with httpx.Client(timeout=10) as client:
+        started = time.monotonic()
+        with serve_in_thread() as server:
+            server.script(stall())
+            url = server.base_url + "/v1/systemone"
+            thread = threading.Thread(
+                target=lambda: replies.append(client.post(url, json=NOUL.wire()).status_code)
+            )
+            thread.start()
+            deadline = time.monotonic() + 5
+            while server.peak_in_flight < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        thread.join(timeout=5)
+    assert replies == [503]
+    assert time.monotonic() - started < 5
+
+
+def test_standalone_process_serves_and_stops() -> None:
+    """`python -m worker.judges._server` prints its URL, answers with the key, exits on SIGTERM."""
+    env = {**os.environ, "JUDGE_TEST_KEY": "sk-standalone"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "worker.judges._server",
+            "--port",
+            "0",
+            "--latency-ms",
+            "10",
+            "--api-key-env",
+            "JUDGE_TEST_KEY",
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:")
+        base_url = line.split()[-1]
+        with httpx.Client(timeout=10) as client:
+            good = client.post(
+                base_url + "/v1/systemone",
+                json=NOUL.wire(),
+                headers={"Authorization": "Bearer sk-standalone"},
+            )
+            bad = client.post(base_url + "/v1/systemone", json=NOUL.wire())
+        assert (good.status_code, bad.status_code) == (200, 401)
+        assert good.json()["answers"]["m.q"] == {"type": "noul", "noul": 0.95}
+    finally:
+        process.terminate()
+        code = process.wait(timeout=10)
+    assert code == 0

@@ -1,0 +1,259 @@
+"""LiveSubmitter against a real Redis broker: delivery, broker outage, bounds, drops and close."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from producer._submitter import LiveSubmitter, RetryPolicy
+from producer.snapshot import Snapshot
+from tests.producer.producer_kit import CelerySender, make_snapshot, queue_length, queued_payloads
+from worker.embedded import RedisServer
+
+pytestmark = pytest.mark.services
+
+PATIENT = RetryPolicy(attempts=1_000, timeout_s=60.0, wait_initial_s=0.02, wait_max_s=0.1)
+
+
+@contextmanager
+def _quiet_interpreter() -> Iterator[None]:
+    """Measure our code, not the interpreter's scheduling: short GIL slices, no GC pauses.
+
+    The default 5 ms GIL switch interval lets *any* busy thread (here the flusher retrying the
+    broker) hold the caller for up to 5 ms regardless of what submit() does; a cyclic GC pass
+    is likewise not submit()'s doing. Both are restored afterwards.
+    """
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0001)
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        sys.setswitchinterval(interval)
+
+
+def test_submitted_snapshots_arrive_on_the_queue(redis_url: str) -> None:
+    """Every submitted snapshot is sent once, by name, and is readable back from Redis."""
+    sender = CelerySender(redis_url)
+    snapshots = [make_snapshot(f"trace-{i}") for i in range(250)]
+    with LiveSubmitter(sender, batch_size=40) as submitter:
+        assert all(submitter.submit(s) for s in snapshots)
+        assert submitter.flush(timeout_s=20)
+        stats = submitter.stats()
+    sender.close()
+    assert (stats.submitted, stats.sent, stats.dropped, stats.pending) == (250, 250, 0, 0)
+    queued = {args[0]["trace_id"] for args in queued_payloads(redis_url, "live")}
+    assert queued == {s.trace_id for s in snapshots}
+
+
+def test_broker_down_never_blocks_stays_bounded_and_delivers_after_restart(
+    private_redis: RedisServer,
+) -> None:
+    """Broker stopped: submit < 1 ms unless the OS preempts it, never waits; bounded; delivers.
+
+    The timed calls run while the flusher sleeps out its backoff after a failed send (the state
+    a live app is in for almost all of a broker outage), so what is measured is submit() itself.
+    """
+    capacity, batch = 300, 25
+    sender = CelerySender(private_redis.url)
+    snapshots = [make_snapshot(f"trace-{i}") for i in range(2_000)]
+    policy = RetryPolicy(attempts=1_000, timeout_s=60.0, wait_initial_s=0.3, wait_max_s=0.3)
+    submitter = LiveSubmitter(sender, capacity=capacity, batch_size=batch, retry=policy)
+    try:
+        private_redis.stop()
+        for snapshot in snapshots[:batch]:
+            submitter.submit(snapshot)
+        _wait_until(lambda: sender.failures >= 1 and _flusher_in_backoff_sleep(submitter))
+        calls: list[_Call] = []
+        peak_pending = 0
+        with _quiet_interpreter():
+            for snapshot in snapshots[batch:]:
+                calls.append(_timed_submit(submitter, snapshot))
+                peak_pending = max(peak_pending, submitter.stats().pending)
+        down = submitter.stats()
+        slow = [c for c in calls if c.wall_s >= 0.001]
+        assert all(c.preempted for c in slow), f"slow without OS preemption: {slow[:5]}"
+        assert len(slow) <= len(calls) // 100
+        assert peak_pending <= capacity
+        assert down.submitted == capacity
+        assert down.dropped_full == 2_000 - capacity
+        assert down.sent == 0
+        private_redis.start()  # same port: the sender's connection pool reconnects
+        assert submitter.flush(timeout_s=30)
+        up = submitter.stats()
+    finally:
+        submitter.close()
+        sender.close()
+    assert (up.sent, up.dropped_failed, up.pending) == (capacity, 0, 0)
+    assert queue_length(private_redis.url, "live") == capacity
+    arrived = {args[0]["trace_id"] for args in queued_payloads(private_redis.url, "live")}
+    assert arrived == {s.trace_id for s in snapshots[:capacity]}
+
+
+@dataclass(frozen=True)
+class _Call:
+    wall_s: float
+    waited: int  # voluntary context switches: the thread blocked (lock, GIL, I/O)
+    preempted: int  # involuntary ones: the OS gave the CPU to another process
+
+
+def _timed_submit(submitter: LiveSubmitter, snapshot: Snapshot) -> _Call:
+    """One submit, timed, with the calling thread's context switches during it.
+
+    On a shared 2-core box the OS may preempt the caller for several ms whatever it runs; such a
+    call shows an involuntary switch. A submit that blocked on the broker (or on a lock held
+    across a send) would be slow on every call with no preemption at all, which is what the
+    test rules out; the rare preempted call is excused, the fraction of them bounded.
+    """
+    before = resource.getrusage(resource.RUSAGE_THREAD)
+    start = time.perf_counter()
+    submitter.submit(snapshot)
+    wall_s = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_THREAD)
+    return _Call(wall_s, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw)
+
+
+def _flusher_in_backoff_sleep(submitter: LiveSubmitter) -> bool:
+    """True once the flusher thread sleeps in the kernel (stamina's backoff ``time.sleep``).
+
+    Right after a failed send the flusher still logs the scheduled retry; timing submit() in
+    that instant would measure GIL sharing with that logging, not submit(). Linux ``wchan``
+    tells a real sleep (``hrtimer_nanosleep``) from a wait for the GIL or a lock (futex).
+    """
+    (thread,) = [t for t in threading.enumerate() if t.name == f"evalq-submit-{submitter.name}"]
+    try:
+        wchan = Path(f"/proc/self/task/{thread.native_id}/wchan").read_text()
+    except OSError:
+        return False
+    return "nanosleep" in wchan
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def test_exhausted_retries_drop_with_counter_and_a_content_free_log_line(
+    private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After bounded retries a batch is dropped, counted, and logged by reason code only."""
+    sender = CelerySender(private_redis.url)
+    private_redis.stop()
+    policy = RetryPolicy(attempts=3, timeout_s=5.0, wait_initial_s=0.01, wait_max_s=0.02)
+    secret = "card 4111-1111-1111-1111"
+    with caplog.at_level(logging.WARNING, logger="evalq.producer.submit"):
+        submitter = LiveSubmitter(sender, batch_size=10, retry=policy)
+        for i in range(30):
+            assert submitter.submit(make_snapshot(f"t{i}", text=secret))
+        assert submitter.flush(timeout_s=30)
+        stats = submitter.close()
+    sender.close()
+    assert (stats.sent, stats.dropped_failed) == (0, 30)
+    assert sender.calls == 9  # 3 batches x 3 attempts: retried, bounded
+    drops = [r.getMessage() for r in caplog.records if "evalq.submit.dropped" in r.getMessage()]
+    assert len(drops) == 3
+    assert all("reason=SEND_FAILED" in m for m in drops)
+    assert not any("4111" in r.getMessage() or "t1" in r.getMessage() for r in caplog.records)
+
+
+def test_full_buffer_drops_are_logged_off_the_request_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Drops for a full buffer are not logged by submit() but summarised later by the flusher."""
+    release: list[bool] = []
+
+    def stuck_send(batch: Sequence[Snapshot]) -> None:
+        while not release:
+            time.sleep(0.005)
+
+    with caplog.at_level(logging.WARNING, logger="evalq.producer.submit"):
+        submitter = LiveSubmitter(stuck_send, capacity=5, batch_size=1)
+        results = [submitter.submit(make_snapshot(f"t{i}")) for i in range(20)]
+        assert not any("BUFFER_FULL" in r.getMessage() for r in caplog.records)
+        release.append(True)
+        stats = submitter.close()
+    assert results.count(True) == 5
+    assert stats.dropped_full == 15
+    assert stats.sent == 5
+    lines = [r.getMessage() for r in caplog.records if "BUFFER_FULL" in r.getMessage()]
+    assert len(lines) == 1
+    assert "count=15" in lines[0]
+
+
+def test_close_stops_accepting_and_counts_what_is_left(redis_url: str) -> None:
+    """close() drains what it can; later submits return False and are counted as dropped_closed."""
+    sender = CelerySender(redis_url)
+    submitter = LiveSubmitter(sender, batch_size=7)
+    for i in range(20):
+        submitter.submit(make_snapshot(f"t{i}"))
+    stats = submitter.close(timeout_s=20)
+    assert stats.sent == 20
+    assert stats.pending == 0
+    assert submitter.submit(make_snapshot("late")) is False
+    assert submitter.stats().dropped_closed == 1
+    assert queue_length(redis_url, "live") == 20
+    sender.close()
+
+
+def test_encoding_errors_are_not_retried() -> None:
+    """A send that fails with ValueError (a bug, not an outage) is dropped at once, not retried."""
+    calls: list[int] = []
+
+    def bad_send(batch: Sequence[Snapshot]) -> None:
+        calls.append(len(batch))
+        raise ValueError
+
+    submitter = LiveSubmitter(bad_send, batch_size=5, retry=PATIENT)
+    for i in range(5):
+        submitter.submit(make_snapshot(f"t{i}"))
+    assert submitter.flush(timeout_s=5)
+    stats = submitter.close()
+    assert calls == [5]
+    assert stats.dropped_failed == 5
+
+
+def test_periodic_hook_runs_on_the_flusher_and_at_close() -> None:
+    """The periodic hook (e.g. a sampling tally) runs on its interval and once more at close."""
+    ticks: list[float] = []
+    submitter = LiveSubmitter(
+        lambda batch: None,
+        periodic=lambda: ticks.append(time.monotonic()),
+        periodic_interval_s=0.05,
+    )
+    deadline = time.monotonic() + 5
+    while len(ticks) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    before_close = len(ticks)
+    submitter.close()
+    assert len(ticks) >= before_close + 1
+
+
+def test_a_forked_child_gets_a_working_flusher_of_its_own() -> None:
+    """After fork (gunicorn --preload, multiprocessing) the child's submits are still sent."""
+    sent_in_child: list[int] = []
+    submitter = LiveSubmitter(lambda batch: sent_in_child.append(len(batch)), batch_size=2)
+    submitter.submit(make_snapshot("parent"))
+    assert submitter.flush(timeout_s=5)
+    pid = os.fork()
+    if pid == 0:  # child: exit status tells the parent what happened
+        ok = all(submitter.submit(make_snapshot(f"child-{i}")) for i in range(3))
+        ok = ok and submitter.flush(timeout_s=5) and submitter.stats().sent == 3
+        os._exit(0 if ok and sum(sent_in_child) == 4 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert submitter.close().sent == 1  # the parent's own counters are untouched

@@ -1,0 +1,107 @@
+"""Helpers for the queue tests: worker subprocesses, waits, snapshot variants.
+
+Workers run as ``python -m worker`` in their own session (process group), configured only through
+``EVALQ_*`` variables, with their log in the test's directory. Every process a test starts is
+killed (whole group, SIGKILL) when the test ends, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from producer import Snapshot, read_snapshots
+
+__all__ = [
+    "EXAMPLES",
+    "REPO",
+    "WorkerProcess",
+    "example_snapshots",
+    "variants",
+    "wait_until",
+    "worker_env",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "traces.jsonl"
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll ``predicate`` every 50 ms until true; return the seconds taken, else fail."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout_s:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+class WorkerProcess:
+    """One worker subprocess (default ``python -m worker``) in its own process group."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, argv: list[str] | None = None) -> None:
+        self.log_path = log_path
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv or [sys.executable, "-m", "worker"],
+                env=env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def log(self) -> str:
+        """The worker's log so far."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Wait (bounded) for Celery's ``ready.`` line; fail with the log if the worker died."""
+
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                pytest.fail(f"worker exited with {self.process.returncode}:\n{self.log[-3000:]}")
+            return " ready." in self.log
+
+        wait_until(ready, timeout_s, "the worker to be ready")
+
+    def kill_group(self) -> None:
+        """SIGKILL the worker and every process of its group (no warm shutdown)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Warm shutdown (SIGTERM to the main process), then SIGKILL the group."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=15)
+        self.kill_group()
+
+
+def worker_env(**settings: str) -> dict[str, str]:
+    """This process's environment without any ``EVALQ_*`` variable, plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALQ_", "TYPESAFE_"))}
+    env.update({f"EVALQ_{key.upper()}": value for key, value in settings.items()})
+    return env
+
+
+def example_snapshots() -> dict[str, Snapshot]:
+    """The shipped examples by trace id."""
+    return {s.trace_id: s for s in read_snapshots(EXAMPLES)}
+
+
+def variants(base: Snapshot, count: int, prefix: str) -> list[Snapshot]:
+    """``count`` snapshots with the content of ``base`` and distinct trace ids (distinct ids)."""
+    wire = base.wire()
+    return [Snapshot.model_validate({**wire, "trace_id": f"{prefix}-{i}"}) for i in range(count)]

@@ -1,0 +1,169 @@
+"""Builders for store records and raw (driver-level) access to a store's database in tests."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from worker.store import (
+    APPEND_ONLY_TABLES,
+    EvaluationRecord,
+    MetricResultRecord,
+    OutcomeRecord,
+    RequestUsage,
+    SnapshotRecord,
+)
+
+__all__ = [
+    "Dump",
+    "dump_tables",
+    "evaluation_record",
+    "outcome_record",
+    "raw_connection",
+    "snapshot_record",
+    "wire",
+]
+
+Dump = dict[str, list[tuple[Any, ...]]]
+
+
+def wire(
+    trace_id: str = "trace-1", *, unit_event_id: str | None = None, text: str = "hello"
+) -> dict[str, Any]:
+    """A snapshot's wire JSON (the shape ``producer.snapshot.Snapshot.wire()`` produces)."""
+    return {
+        "schema_version": 1,
+        "trace_id": trace_id,
+        "session_id": "session-1",
+        "unit": {"kind": "invocation", "event_id": unit_event_id},
+        "events": [
+            {"id": "u1", "type": "user", "text": text},
+            {"id": "a1", "type": "assistant", "text": "Your refund is on its way."},
+        ],
+        "window": {
+            "rule": "invocation_end",
+            "cutoff_event_id": "a1",
+            "cutoff_time": "2025-01-02T03:04:05Z",
+        },
+        "labels": {},
+        "slice": {"agent_version": "1.2", "environment": "prod", "tool": None},
+        "sampling": {"lane": "live", "rate": 0.5, "weight": 2.0, "rule": "half"},
+        "metric_set": "agent",
+    }
+
+
+def snapshot_record(
+    trace_id: str = "trace-1", *, unit_event_id: str | None = None, text: str = "hello"
+) -> SnapshotRecord:
+    """A snapshot record for ``trace_id`` (``text`` varies the content, hence the id)."""
+    return SnapshotRecord(content=wire(trace_id, unit_event_id=unit_event_id, text=text))
+
+
+def evaluation_record(
+    snapshot_id: str,
+    *,
+    version: str = "agent@1",
+    run: str = "",
+    criteria: tuple[str, ...] = (),
+    score: float = 0.9,
+) -> EvaluationRecord:
+    """An evaluation with three results of different statuses."""
+    results = (
+        MetricResultRecord(
+            metric_id="groundedness",
+            metric_version="3",
+            status="DECIDED",
+            reason="DECIDED",
+            score=score,
+            passed=score >= 0.8,
+            evidence={"claims": 2, "supported": ["c1", "c2"]},
+            judge_model="judge-m",
+            question_ids=("q1", "q2"),
+        ),
+        MetricResultRecord(
+            metric_id="tool_use",
+            metric_version="1",
+            status="SKIPPED",
+            reason="NO_TOOL_RESULTS",
+        ),
+        MetricResultRecord(
+            metric_id="helpfulness",
+            metric_version="2",
+            status="ERROR",
+            reason="TIMEOUT",
+            judge_model="judge-m",
+        ),
+    )
+    return EvaluationRecord(
+        snapshot_id=snapshot_id,
+        metric_set="agent",
+        metric_set_version=version,
+        run=run,
+        judge_kind="chat",
+        judge_model="judge-m",
+        synthetic=False,
+        requests=2,
+        usage=(
+            RequestUsage(model="judge-m", usage={"input_tokens": 120, "output_tokens": 7}),
+            RequestUsage(model=None, usage=None),
+        ),
+        elapsed_s=1.25,
+        lane="live",
+        results=results,
+        outcome_criteria=criteria,
+    )
+
+
+def outcome_record(
+    event_id: str,
+    trace_id: str = "trace-1",
+    *,
+    name: str = "refund_reversed",
+    unit_event_id: str | None = None,
+) -> OutcomeRecord:
+    """An outcome event of ``trace_id``."""
+    return OutcomeRecord(
+        event_id=event_id,
+        trace_id=trace_id,
+        unit_event_id=unit_event_id,
+        name=name,
+        value={"amount": 12.5},
+        observed_at=datetime(2025, 1, 3, tzinfo=UTC),
+    )
+
+
+@contextmanager
+def raw_connection(url: str) -> Iterator[sqlite3.Connection | psycopg.Connection[Any]]:
+    """A plain driver connection (autocommit) to the store's database, bypassing the store."""
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None)
+        try:
+            yield conn
+        finally:
+            conn.close()
+        return
+    with psycopg.connect(url, autocommit=True) as pg:
+        yield pg
+
+
+def _sqlite_dump(conn: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]:
+    return sorted(conn.execute(f"SELECT rowid, * FROM {table}").fetchall(), key=repr)
+
+
+def _pg_dump(conn: psycopg.Connection[Any], table: str) -> list[tuple[Any, ...]]:
+    # xmin changes whenever a row version is rewritten, even with identical values.
+    rows = conn.execute(f"SELECT xmin::text, ctid::text, {table}::text FROM {table}").fetchall()
+    return sorted(rows)
+
+
+def dump_tables(url: str) -> Dump:
+    """Every row of every store table, as the database returns it."""
+    with raw_connection(url) as conn:
+        if isinstance(conn, sqlite3.Connection):
+            return {t: _sqlite_dump(conn, t) for t in APPEND_ONLY_TABLES}
+        return {t: _pg_dump(conn, t) for t in APPEND_ONLY_TABLES}

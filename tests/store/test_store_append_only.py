@@ -1,0 +1,95 @@
+"""The database itself refuses UPDATE, DELETE (and TRUNCATE) on every store table."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.store._store_helpers import (
+    dump_tables,
+    evaluation_record,
+    outcome_record,
+    raw_connection,
+    snapshot_record,
+)
+from worker.store import APPEND_ONLY_TABLES, AppendOnlyError, DeadLetterRecord, Store
+from worker.store._errors import translating
+
+
+def _fill_every_table(store: Store) -> None:
+    snapshot = snapshot_record("t-fill")
+    store.record_evaluation(evaluation_record(snapshot.snapshot_id, criteria=("x",)), snapshot)
+    store.record_outcome(outcome_record("o-fill", "t-fill"))
+    store.record_redrive(store.record_dead_letter(DeadLetterRecord(reason="BAD", payload=b"{")))
+    store.record_checkpoint("backfill-1", "file.jsonl", offset=10, enqueued=3)
+
+
+def _data_column(conn: sqlite3.Connection | psycopg.Connection[Any], table: str) -> str:
+    # Not ``seq``: PostgreSQL refuses updates of an identity column before any trigger runs.
+    if isinstance(conn, sqlite3.Connection):
+        names = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+    else:
+        cur = conn.execute(f"SELECT * FROM {table} LIMIT 0")
+        assert cur.description is not None
+        names = [column.name for column in cur.description]
+    return str(next(name for name in names if name != "seq"))
+
+
+def _refused(conn: sqlite3.Connection | psycopg.Connection[Any], sql: str) -> bool:
+    try:
+        conn.execute(sql)
+    except sqlite3.IntegrityError as exc:
+        return "append-only" in str(exc)
+    except psycopg.Error as exc:
+        return exc.sqlstate == "EQ001"
+    return False
+
+
+def test_every_table_is_filled_by_the_fixture(store: Store, store_url: str) -> None:
+    """The refusal test below is meaningful: every store table has rows (row triggers fire)."""
+    _fill_every_table(store)
+    empty = [t for t, rows in dump_tables(store_url).items() if not rows]
+    assert empty == []
+
+
+def test_update_and_delete_are_refused_by_the_database(store: Store, store_url: str) -> None:
+    """A plain driver connection's UPDATE and DELETE fail on every table; rows stay as they were."""
+    _fill_every_table(store)
+    before = dump_tables(store_url)
+    accepted = []
+    with raw_connection(store_url) as conn:
+        for table in APPEND_ONLY_TABLES:
+            column = _data_column(conn, table)
+            for sql in (f"UPDATE {table} SET {column} = {column}", f"DELETE FROM {table}"):
+                if not _refused(conn, sql):
+                    accepted.append(sql)
+    assert accepted == []
+    assert dump_tables(store_url) == before
+
+
+@pytest.mark.parametrize(
+    "store_url", [pytest.param("postgresql", marks=pytest.mark.services)], indirect=True
+)
+def test_truncate_is_refused_by_postgresql(store: Store, store_url: str) -> None:
+    """PostgreSQL refuses TRUNCATE of every store table (SQLite has no TRUNCATE)."""
+    assert store.dialect == "postgresql"
+    _fill_every_table(store)
+    with raw_connection(store_url) as conn:
+        accepted = [t for t in APPEND_ONLY_TABLES if not _refused(conn, f"TRUNCATE {t} CASCADE")]
+    assert accepted == []
+
+
+def test_refusal_translates_to_append_only_error(store: Store, store_url: str) -> None:
+    """The driver's refusal becomes AppendOnlyError (code APPEND_ONLY) at the store boundary."""
+    _fill_every_table(store)
+    with (
+        raw_connection(store_url) as conn,
+        pytest.raises(AppendOnlyError) as caught,
+        translating(),
+    ):
+        conn.execute("DELETE FROM evaluations")
+    assert caught.value.code == "APPEND_ONLY"
+    assert "DELETE" not in str(caught.value)  # a code and driver class, not the driver's text

@@ -1,0 +1,110 @@
+"""A Celery consumer that dead-letters messages which never reach a task body.
+
+Celery's stock consumer logs such messages (with their full body: snapshot content in our case)
+and acks them: the message is gone and only a log line remains. Here each becomes a dead-letter
+record in the store (reason code + the raw body, bounded by the store) and is then acked; the
+worker keeps serving. Reason codes:
+
+- ``CONTENT_DISALLOWED``: a serializer other than JSON (e.g. pickle) — refused, never decoded;
+- ``UNDECODABLE``: the body is not valid for its declared content type (malformed JSON);
+- ``UNKNOWN_TASK``: a task name this worker does not serve;
+- ``UNKNOWN_MESSAGE``: not a Celery task message at all;
+- ``INVALID_MESSAGE``: a task message that breaks the protocol (missing fields).
+
+If the store cannot take the record right now, the message is neither acked nor rejected: it stays
+with the broker and comes back (Redis: after the visibility timeout; RabbitMQ: on reconnect), so
+nothing is lost and the consumer does not spin on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.worker.consumer import Consumer
+from kombu.exceptions import ContentDisallowed
+from kombu.message import Message
+
+from producer.snapshot import LANE_QUEUES
+from worker import metrics, runtime
+from worker.settings import Settings
+from worker.store import DeadLetterRecord, StoreError
+
+__all__ = ["DeadLetterConsumer", "Reason"]
+
+_log = logging.getLogger(__name__)
+_LANE_OF_QUEUE = {queue: lane.value for lane, queue in LANE_QUEUES.items()}
+
+
+class Reason:
+    """Dead-letter reason codes of messages rejected before a task body ran."""
+
+    CONTENT_DISALLOWED = "CONTENT_DISALLOWED"
+    UNDECODABLE = "UNDECODABLE"
+    UNKNOWN_TASK = "UNKNOWN_TASK"
+    UNKNOWN_MESSAGE = "UNKNOWN_MESSAGE"
+    INVALID_MESSAGE = "INVALID_MESSAGE"
+
+
+def _raw_body(message: Message) -> bytes:
+    body = message.body
+    if isinstance(body, bytes):
+        return body
+    return str(body).encode("utf-8", "surrogatepass")
+
+
+def _task_name(message: Message) -> str | None:
+    headers = message.headers if isinstance(message.headers, dict) else {}
+    name = headers.get("task")
+    return name if isinstance(name, str) else None
+
+
+def _lane(message: Message) -> str | None:
+    info = message.delivery_info or {}
+    queue = info.get("routing_key") or info.get("queue")
+    return _LANE_OF_QUEUE.get(queue) if isinstance(queue, str) else None
+
+
+def dead_letter(message: Message, reason: str, settings: Settings | None = None) -> bool:
+    """Record ``message`` as a dead letter and ack it; False (left as is) if the store failed."""
+    record = DeadLetterRecord(
+        reason=reason, task=_task_name(message), lane=_lane(message), payload=_raw_body(message)
+    )
+    try:
+        runtime.current(settings).store.record_dead_letter(record)
+        metrics.observe_dead_letter(reason, record.lane or metrics.OTHER)
+    except StoreError as exc:
+        _log.error(
+            "dead letter not recorded: %s (%s); message left with the broker", reason, exc.code
+        )
+        return False
+    _log.warning("dead letter: %s (task %s)", reason, record.task or "-")
+    message.ack()
+    return True
+
+
+class DeadLetterConsumer(Consumer):
+    """``worker_consumer``: dead-letters undecodable, disallowed, unknown and invalid messages."""
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        dead_letter(message, reason, getattr(self.app, "settings", None))
+
+    def on_decode_error(self, message: Message, exc: Exception) -> None:
+        """Body could not be decoded (malformed JSON, or a refused content type)."""
+        disallowed = isinstance(exc, ContentDisallowed)
+        self._dead_letter(message, Reason.CONTENT_DISALLOWED if disallowed else Reason.UNDECODABLE)
+
+    def on_unknown_message(self, body: Any, message: Message) -> None:  # noqa: ARG002 - Celery's signature
+        """Not a task message."""
+        self._dead_letter(message, Reason.UNKNOWN_MESSAGE)
+
+    def on_unknown_task(self, body: Any, message: Message, exc: Exception) -> None:  # noqa: ARG002
+        """A task name nobody registered here."""
+        self._dead_letter(message, Reason.UNKNOWN_TASK)
+
+    def on_invalid_task(self, body: Any, message: Message, exc: Exception) -> None:  # noqa: ARG002
+        """Protocol violation, or a refused serializer detected while building the request."""
+        disallowed = isinstance(exc, ContentDisallowed)
+        self._dead_letter(
+            message, Reason.CONTENT_DISALLOWED if disallowed else Reason.INVALID_MESSAGE
+        )

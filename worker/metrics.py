@@ -1,0 +1,720 @@
+"""Prometheus metrics of the evalq worker, and a collector that reads queue depth from Redis.
+
+Process model (the documented choice): workers run Celery's *threads* pool with one event loop per
+process, so one process holds every counter. :func:`start_exporter` serves that process's registry
+over HTTP on a port of its own (one port per worker process tree, i.e. per container).
+prometheus_client is thread-safe, so pool threads and the loop thread all record directly.
+
+Prefork (kept for diagnosis) works through prometheus_client's multiprocess mode: set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty writable directory *before* the process imports
+prometheus_client, start the exporter in the parent, and call :func:`mark_process_dead` from
+``worker_process_shutdown``. Worker-side metrics are counters and histograms only, which aggregate
+across processes without a gauge mode to choose.
+
+Queue depth is not a worker metric: every worker would report the same lists. One small process
+runs :class:`QueueCollector` instead (``python -m worker.metrics queues --port 9809``), and
+``evalq status`` can call :meth:`QueueInspector.snapshot` directly.
+
+Label sets are bounded: lanes come from :class:`~producer.snapshot.Lane`, statuses from
+:class:`~worker.evaluation.Status`, reasons from the known reason codes, metric ids from the
+configured metric set (:func:`allow_metric_ids`); anything else is recorded as ``OTHER``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+import redis
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import multiprocess as _multiprocess
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from pydantic import BaseModel, ConfigDict
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from producer.snapshot import LANE_QUEUES, Lane
+from worker.evaluation import Reason, Report, Status
+from worker.judges import (
+    InvalidReply,
+    JudgeError,
+    JudgeRequest,
+    JudgeResponse,
+    validate_response,
+)
+
+__all__ = [
+    "DEAD_LETTER_REASONS",
+    "DECISION_REASONS",
+    "DEFAULT_EXPORTER_PORT",
+    "DEFAULT_QUEUE_EXPORTER_PORT",
+    "ENQUEUED_AT_HEADER",
+    "EVALUATION_OUTCOMES",
+    "JUDGE_STATUSES",
+    "KNOWN_REASONS",
+    "OTHER",
+    "Exporter",
+    "LaneStats",
+    "MeteredJudge",
+    "QueueCollector",
+    "QueueInspector",
+    "QueueStats",
+    "WorkerMetrics",
+    "allow_metric_ids",
+    "allow_reasons",
+    "default_metrics",
+    "judge_http_event_hooks",
+    "judge_status",
+    "main",
+    "mark_process_dead",
+    "observe_dead_letter",
+    "observe_duplicate",
+    "observe_judge_call",
+    "observe_queue_wait",
+    "observe_report",
+    "start_exporter",
+]
+
+OTHER = "OTHER"
+"""The label value for anything outside a bounded set."""
+DEFAULT_EXPORTER_PORT = 9808
+DEFAULT_QUEUE_EXPORTER_PORT = 9809
+ENQUEUED_AT_HEADER = "evalq_enqueued_at"
+"""Message header (unix seconds, float) a producer sets at publish; gives the oldest message age."""
+MAX_METRIC_IDS = 64
+"""Cap on distinct metric-id label values, whatever a misconfigured worker allows."""
+
+DECISION_REASONS = frozenset(
+    {"SAMPLED_OUT", "NOT_READY", "PENDING_OUTCOME", "DUPLICATE", "UNKNOWN_METRIC_SET"}
+)
+"""Decision codes beyond the engine's (why a trace was not scored, issue 5)."""
+DEAD_LETTER_REASONS = frozenset(
+    {
+        # worker.consumer.Reason: rejected before a task body ran
+        "CONTENT_DISALLOWED",
+        "UNDECODABLE",
+        "UNKNOWN_TASK",
+        "UNKNOWN_MESSAGE",
+        "INVALID_MESSAGE",
+        # worker.tasks.DeadLetterReason: refused by a task body
+        "BAD_ARGUMENTS",
+        "SCHEMA_INVALID",
+        "UNSUPPORTED_SCHEMA_VERSION",
+        "PAYLOAD_TOO_LARGE",
+        "BATCH_TOO_LARGE",
+        "WINDOW_VIOLATION",
+        "TRACE_INVALID",
+        "UNKNOWN_METRIC_SET",
+        "INTERNAL_ERROR",
+    }
+)
+"""Dead-letter codes, literal here because the modules that define them import Celery.
+
+tests/ops/test_ops_metrics.py checks this list against both definitions.
+"""
+KNOWN_REASONS = (
+    frozenset(
+        value for name, value in vars(Reason).items() if name.isupper() and isinstance(value, str)
+    )
+    | DECISION_REASONS
+    | DEAD_LETTER_REASONS
+)
+JUDGE_STATUSES = (
+    "ok",
+    "invalid",
+    "timeout",
+    "http_429",
+    "http_4xx",
+    "http_5xx",
+    "transport_error",
+    "backend_error",
+)
+EVALUATION_OUTCOMES = ("ok", "error", "timeout", "duplicate")
+_LANES = frozenset(lane.value for lane in Lane)
+_STATUSES = frozenset(status.value for status in Status)
+_HTTP_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx")
+_LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+_WAIT_BUCKETS_S = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
+
+
+def _bounded(value: str, allowed: frozenset[str]) -> str:
+    return value if value in allowed else OTHER
+
+
+class WorkerMetrics:
+    """The worker's counters and histograms on one registry, with bounded label values."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._metric_ids: frozenset[str] = frozenset()
+        self._reasons = KNOWN_REASONS
+        self._define_evaluation_metrics(registry)
+        self._define_judge_metrics(registry)
+
+    def _define_evaluation_metrics(self, registry: CollectorRegistry) -> None:
+        self.evaluations = Counter(
+            "evalq_evaluations",
+            "Evaluations finished, by lane and outcome (ok|error|timeout|duplicate).",
+            ("lane", "outcome"),
+            registry=registry,
+        )
+        self.evaluation_duration = Histogram(
+            "evalq_evaluation_duration_seconds",
+            "Wall time of one evaluation (engine report elapsed_s).",
+            ("lane",),
+            buckets=_LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.metric_results = Counter(
+            "evalq_metric_results",
+            "Metric results by metric id, status and reason code.",
+            ("metric", "status", "reason"),
+            registry=registry,
+        )
+        self.budget_timeouts = Counter(
+            "evalq_budget_timeouts",
+            "Metric results marked TIMEOUT because the evaluation budget ran out.",
+            ("lane",),
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "evalq_dead_letters",
+            "Messages written to the dead-letter store, by lane and reason code.",
+            ("lane", "reason"),
+            registry=registry,
+        )
+        self.queue_wait = Histogram(
+            "evalq_queue_wait_seconds",
+            "Time from publish to the start of processing (from the enqueue header).",
+            ("lane",),
+            buckets=_WAIT_BUCKETS_S,
+            registry=registry,
+        )
+
+    def _define_judge_metrics(self, registry: CollectorRegistry) -> None:
+        self.judge_requests = Counter(
+            "evalq_judge_requests",
+            "Judge requests (one per packed request, retries inside), by final status.",
+            ("status",),
+            registry=registry,
+        )
+        self.judge_latency = Histogram(
+            "evalq_judge_latency_seconds",
+            "Latency of one judge request, retries included.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=registry,
+        )
+        self.judge_http_responses = Counter(
+            "evalq_judge_http_responses",
+            "Every HTTP response from the judge backend (retried attempts too), by status class.",
+            ("code",),
+            registry=registry,
+        )
+        self.judge_tokens = Counter(
+            "evalq_judge_tokens",
+            "Tokens reported by the judge, by direction (input|output).",
+            ("direction",),
+            registry=registry,
+        )
+        self.judge_usage_unknown = Counter(
+            "evalq_judge_usage_unknown",
+            "Judge requests whose usage is unknown (no response, or usage missing).",
+            registry=registry,
+        )
+
+    # -- label policy ---------------------------------------------------------------------------
+
+    def allow_metric_ids(self, metric_ids: Iterable[str]) -> None:
+        """Add configured metric ids to the label set (at most ``MAX_METRIC_IDS`` in all)."""
+        merged = self._metric_ids | frozenset(metric_ids)
+        if len(merged) > MAX_METRIC_IDS:
+            raise ValueError(f"at most {MAX_METRIC_IDS} metric ids can be labels")
+        self._metric_ids = merged
+
+    def allow_reasons(self, codes: Iterable[str]) -> None:
+        """Add reason codes (e.g. dead-letter codes) to the known list."""
+        self._reasons = self._reasons | frozenset(codes)
+
+    def metric_label(self, metric_id: str) -> str:
+        """``metric_id`` if configured, else ``OTHER``."""
+        return _bounded(metric_id, self._metric_ids)
+
+    def reason_label(self, reason: str) -> str:
+        """``reason`` if it is a known code, else ``OTHER``."""
+        return _bounded(reason, self._reasons)
+
+    # -- observations ---------------------------------------------------------------------------
+
+    def observe_report(self, lane: str, report: Report) -> None:
+        """Record one finished evaluation: outcome, duration, every result, tokens."""
+        lane = _bounded(lane, _LANES)
+        self.evaluations.labels(lane, _outcome(report)).inc()
+        self.evaluation_duration.labels(lane).observe(report.elapsed_s)
+        for entry in report.results:
+            self._observe_result(lane, entry.id, entry.result.status, entry.result.reason)
+        self._observe_usage(report)
+
+    def _observe_result(self, lane: str, metric_id: str, status: str, reason: str) -> None:
+        status_label = _bounded(str(status), _STATUSES)
+        self.metric_results.labels(
+            self.metric_label(metric_id), status_label, self.reason_label(reason)
+        ).inc()
+        if reason == Reason.TIMEOUT:
+            self.budget_timeouts.labels(lane).inc()
+
+    def _observe_usage(self, report: Report) -> None:
+        known = [item.usage for item in report.usage if item.usage is not None]
+        self.judge_tokens.labels("input").inc(sum(u.input_tokens for u in known))
+        self.judge_tokens.labels("output").inc(sum(u.output_tokens for u in known))
+        self.judge_usage_unknown.inc(max(0, report.requests - len(known)))
+
+    def observe_duplicate(self, lane: str) -> None:
+        """A redelivered/duplicate message found its evaluation already recorded."""
+        self.evaluations.labels(_bounded(lane, _LANES), "duplicate").inc()
+
+    def observe_dead_letter(self, reason: str, lane: str = OTHER) -> None:
+        """A message went to the dead-letter store with ``reason``."""
+        self.dead_letters.labels(_bounded(lane, _LANES), self.reason_label(reason)).inc()
+
+    def observe_judge_call(self, status: str, latency_s: float) -> None:
+        """One judge request finished with ``status`` (see ``JUDGE_STATUSES``)."""
+        self.judge_requests.labels(_bounded(status, frozenset(JUDGE_STATUSES))).inc()
+        if math.isfinite(latency_s) and latency_s >= 0:
+            self.judge_latency.observe(latency_s)
+
+    def observe_http_status(self, status_code: int) -> None:
+        """One HTTP response from the judge backend (each retried attempt counts)."""
+        self.judge_http_responses.labels(_http_class(status_code)).inc()
+
+    def observe_queue_wait(self, lane: str, wait_s: float) -> None:
+        """Time a message waited between publish and the start of its processing."""
+        if math.isfinite(wait_s):
+            self.queue_wait.labels(_bounded(lane, _LANES)).observe(max(0.0, wait_s))
+
+
+def _outcome(report: Report) -> str:
+    errors = {e.result.reason for e in report.results if e.result.status is Status.ERROR}
+    if Reason.TIMEOUT in errors:
+        return "timeout"
+    return "error" if errors else "ok"
+
+
+def _http_class(status_code: int) -> str:
+    if status_code == 429:
+        return "429"
+    label = f"{status_code // 100}xx"
+    return label if label in _HTTP_CLASSES else OTHER
+
+
+_default_lock = threading.Lock()
+_default: WorkerMetrics | None = None
+
+
+def default_metrics() -> WorkerMetrics:
+    """The process-wide instance on prometheus_client's default registry (created once)."""
+    global _default  # noqa: PLW0603 - one registry per process is prometheus_client's model
+    with _default_lock:
+        if _default is None:
+            _default = WorkerMetrics(REGISTRY)
+        return _default
+
+
+def allow_metric_ids(metric_ids: Iterable[str]) -> None:
+    """Let the configured metric ids be label values (call once at worker start)."""
+    default_metrics().allow_metric_ids(metric_ids)
+
+
+def allow_reasons(codes: Iterable[str]) -> None:
+    """Add reason codes (dead-letter codes, decision codes) to the known list."""
+    default_metrics().allow_reasons(codes)
+
+
+def observe_report(lane: str, report: Report) -> None:
+    """Record one finished evaluation on the default registry."""
+    default_metrics().observe_report(lane, report)
+
+
+def observe_duplicate(lane: str) -> None:
+    """Record a duplicate delivery that wrote nothing new."""
+    default_metrics().observe_duplicate(lane)
+
+
+def observe_dead_letter(reason: str, lane: str = OTHER) -> None:
+    """Record one dead letter."""
+    default_metrics().observe_dead_letter(reason, lane)
+
+
+def observe_judge_call(status: str, latency_s: float) -> None:
+    """Record one judge request."""
+    default_metrics().observe_judge_call(status, latency_s)
+
+
+def observe_queue_wait(lane: str, wait_s: float) -> None:
+    """Record the queue wait of one message."""
+    default_metrics().observe_queue_wait(lane, wait_s)
+
+
+# -- judge instrumentation -----------------------------------------------------------------------
+
+
+def judge_status(error: BaseException | None) -> str:
+    """The ``JUDGE_STATUSES`` value for a judge call that raised ``error`` (``None``: ok)."""
+    if error is None:
+        return "ok"
+    if isinstance(error, InvalidReply):
+        return "invalid"
+    if isinstance(error, TimeoutError | asyncio.CancelledError):
+        return "timeout"
+    if isinstance(error, JudgeError):
+        return _judge_error_status(error.status)
+    return "backend_error"
+
+
+def _judge_error_status(status: int | None) -> str:
+    if status is None:
+        return "transport_error"
+    if status == 429:
+        return "http_429"
+    return "http_5xx" if status >= 500 else "http_4xx"
+
+
+class MeteredJudge:
+    """A judge wrapper recording status and latency of every request; the engine stays pure.
+
+    A reply that fails strict validation counts as ``invalid`` (the engine makes the same call).
+    Cancellation by the evaluation deadline counts as ``timeout`` and is re-raised unchanged.
+    """
+
+    def __init__(
+        self,
+        judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]],
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self._judge = judge
+        self._metrics = metrics or default_metrics()
+
+    async def __call__(self, request: JudgeRequest) -> JudgeResponse:
+        started = time.monotonic()
+        status = "backend_error"
+        try:
+            response = await self._judge(request)
+            status = _validity(request, response)
+        except BaseException as exc:
+            status = judge_status(exc)
+            raise
+        finally:
+            self._metrics.observe_judge_call(status, time.monotonic() - started)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the wrapped judge's HTTP client, if it has one."""
+        aclose = getattr(self._judge, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _validity(request: JudgeRequest, response: object) -> str:
+    if not isinstance(response, JudgeResponse):
+        return "invalid"
+    try:
+        validate_response(request, response)
+    except ValueError:
+        return "invalid"
+    return "ok"
+
+
+def judge_http_event_hooks(
+    metrics: WorkerMetrics | None = None,
+) -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
+    """``event_hooks`` for the judge's ``httpx.AsyncClient``: counts every response (429s too)."""
+    target = metrics or default_metrics()
+
+    async def on_response(response: httpx.Response) -> None:
+        target.observe_http_status(response.status_code)
+
+    return {"response": [on_response]}
+
+
+# -- exporter -----------------------------------------------------------------------------------
+
+
+class Exporter:
+    """A running ``/metrics`` HTTP server; :meth:`stop` shuts it down."""
+
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with ``port=0``)."""
+        return int(self._server.server_port)
+
+    def stop(self) -> None:
+        """Stop serving and join the server thread (bounded)."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def _serving_registry() -> CollectorRegistry:
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    _multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
+
+
+def start_exporter(
+    port: int = DEFAULT_EXPORTER_PORT,
+    addr: str = "127.0.0.1",
+    registry: CollectorRegistry | None = None,
+) -> Exporter:
+    """Serve ``registry`` (default: this process, or all children in multiprocess mode)."""
+    server, thread = start_http_server(port, addr=addr, registry=registry or _serving_registry())
+    return Exporter(server, thread)
+
+
+def mark_process_dead(pid: int) -> None:
+    """Multiprocess mode only: drop a dead pool child's live gauges (no-op otherwise)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        _multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+# -- queue depth and age ------------------------------------------------------------------------
+
+
+class LaneStats(BaseModel):
+    """One lane's queue: ready messages, delivered-but-unacked ones, age of the oldest ready one.
+
+    ``oldest_age_s`` is ``None`` when the queue is empty or its tail carries no enqueue header and
+    this inspector has not seen it before.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lane: str
+    queue: str
+    depth: int
+    unacked: int
+    oldest_age_s: float | None
+
+
+class QueueStats(BaseModel):
+    """Every lane at one instant, the oldest unacked delivery (a stuck-worker signal), memory.
+
+    ``maxmemory_bytes`` is 0 when Redis has no limit (then nothing stops it growing but the host).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lanes: tuple[LaneStats, ...]
+    unacked_total: int
+    oldest_unacked_age_s: float | None
+    used_memory_bytes: int
+    maxmemory_bytes: int
+
+
+class QueueInspector:
+    """Reads kombu's Redis layout: ``LLEN`` over priority sub-lists, the ``unacked`` hash.
+
+    kombu publishes with ``LPUSH`` and consumes with ``BRPOP``, so the tail (``LINDEX -1``) of the
+    lowest priority step in use is the next (oldest) message.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        queues: Mapping[str, str] | None = None,
+        *,
+        priority_steps: Sequence[int] = (0, 3, 6, 9),
+        sep: str = "\x06\x16",
+        keyprefix: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._queues = dict(queues or {lane.value: q for lane, q in LANE_QUEUES.items()})
+        self._steps = tuple(priority_steps)
+        self._sep = sep
+        self._prefix = keyprefix
+        self._clock = clock
+        self._first_seen: dict[str, tuple[str, float]] = {}
+
+    def _keys(self, queue: str) -> list[str]:
+        names = [queue if step == 0 else f"{queue}{self._sep}{step}" for step in self._steps]
+        return [self._prefix + name for name in names]
+
+    def snapshot(self) -> QueueStats:
+        """Depth, unacked count and oldest age per lane (raises ``redis.RedisError`` if down)."""
+        now = self._clock()
+        unacked = self._unacked_by_queue()
+        lanes = tuple(
+            self._lane(lane, q, unacked.get(q, 0), now) for lane, q in self._queues.items()
+        )
+        oldest = self._client.zrange(self._prefix + "unacked_index", 0, 0, withscores=True)
+        oldest_age = max(0.0, now - float(oldest[0][1])) if oldest else None
+        memory = self._client.info("memory")
+        return QueueStats(
+            lanes=lanes,
+            unacked_total=sum(unacked.values()),
+            oldest_unacked_age_s=oldest_age,
+            used_memory_bytes=int(memory.get("used_memory", 0)),
+            maxmemory_bytes=int(memory.get("maxmemory", 0)),
+        )
+
+    def _lane(self, lane: str, queue: str, unacked: int, now: float) -> LaneStats:
+        keys = self._keys(queue)
+        pipe = self._client.pipeline(transaction=False)
+        for key in keys:
+            pipe.llen(key)
+        for key in keys:
+            pipe.lindex(key, -1)
+        replies = pipe.execute()
+        depths, tails = replies[: len(keys)], replies[len(keys) :]
+        tail = next((t for t in tails if t is not None), None)
+        age = None if tail is None else self._age(lane, tail, now)
+        return LaneStats(
+            lane=lane, queue=queue, depth=sum(depths), unacked=unacked, oldest_age_s=age
+        )
+
+    def _age(self, lane: str, raw: bytes, now: float) -> float | None:
+        headers, tag = _headers_and_tag(raw)
+        stamp = headers.get(ENQUEUED_AT_HEADER)
+        if isinstance(stamp, int | float) and math.isfinite(stamp):
+            return max(0.0, now - float(stamp))
+        # No header: age since this inspector first saw the same message at the tail (lower bound).
+        seen = self._first_seen.get(lane)
+        if seen is not None and seen[0] == tag:
+            return max(0.0, now - seen[1])
+        self._first_seen[lane] = (tag, now)
+        return None
+
+    def _unacked_by_queue(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for _tag, raw in self._client.hscan_iter(self._prefix + "unacked", count=500):
+            queue = _unacked_routing_key(raw)
+            counts[queue] = counts.get(queue, 0) + 1
+        return counts
+
+
+def _headers_and_tag(raw: bytes) -> tuple[dict[str, Any], str]:
+    try:
+        message = json.loads(raw)
+        headers = message.get("headers") or {}
+        tag = str((message.get("properties") or {}).get("delivery_tag", ""))
+    except (ValueError, AttributeError):
+        return {}, ""
+    return (headers if isinstance(headers, dict) else {}), tag
+
+
+def _unacked_routing_key(raw: bytes) -> str:
+    # kombu stores [message, exchange, routing_key]; the default exchange routes by queue name.
+    try:
+        _message, _exchange, routing_key = json.loads(raw)
+    except (ValueError, TypeError):
+        return OTHER
+    return str(routing_key)
+
+
+class QueueCollector(Collector):
+    """A custom collector: ``evalq_queue_*`` gauges from one :class:`QueueInspector` per scrape."""
+
+    def __init__(self, inspector: QueueInspector) -> None:
+        self._inspector = inspector
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the queue gauges, or only ``evalq_queue_up 0`` when Redis cannot be read."""
+        up = GaugeMetricFamily("evalq_queue_up", "1 if the broker could be read at this scrape.")
+        try:
+            stats = self._inspector.snapshot()
+        except redis.RedisError:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from _queue_families(stats)
+
+
+def _queue_families(stats: QueueStats) -> Iterator[Metric]:
+    depth = GaugeMetricFamily(
+        "evalq_queue_depth", "Ready messages per lane (all priority sub-lists).", labels=["lane"]
+    )
+    unacked = GaugeMetricFamily(
+        "evalq_queue_unacked", "Delivered, not yet acknowledged messages per lane.", labels=["lane"]
+    )
+    age = GaugeMetricFamily(
+        "evalq_queue_oldest_age_seconds",
+        "Age of the oldest ready message per lane (0 when empty).",
+        labels=["lane"],
+    )
+    for lane in stats.lanes:
+        depth.add_metric([lane.lane], lane.depth)
+        unacked.add_metric([lane.lane], lane.unacked)
+        if lane.depth == 0 or lane.oldest_age_s is not None:
+            age.add_metric([lane.lane], lane.oldest_age_s or 0.0)
+    oldest = GaugeMetricFamily(
+        "evalq_queue_oldest_unacked_age_seconds",
+        "Age of the oldest unacknowledged delivery, all lanes (0 when none).",
+    )
+    oldest.add_metric([], stats.oldest_unacked_age_s or 0.0)
+    used = GaugeMetricFamily("evalq_redis_used_memory_bytes", "Broker Redis used_memory.")
+    used.add_metric([], stats.used_memory_bytes)
+    limit = GaugeMetricFamily("evalq_redis_maxmemory_bytes", "Broker Redis maxmemory (0: none).")
+    limit.add_metric([], stats.maxmemory_bytes)
+    yield from (depth, unacked, age, oldest, used, limit)
+
+
+# -- command line (the queue exporter service) -------------------------------------------------
+
+
+def _serve_queues(args: argparse.Namespace) -> int:
+    # One quick retry: a scrape against a down broker should report `evalq_queue_up 0` within
+    # Prometheus's scrape timeout, not sit in redis-py's default backoff.
+    client = redis.Redis.from_url(
+        args.broker_url, socket_timeout=5, socket_connect_timeout=5, retry=Retry(NoBackoff(), 1)
+    )
+    registry = CollectorRegistry()
+    registry.register(QueueCollector(QueueInspector(client, keyprefix=args.keyprefix)))
+    exporter = start_exporter(args.port, addr=args.addr, registry=registry)
+    print(f"evalq queue exporter on {args.addr}:{exporter.port}", flush=True)  # noqa: T201
+    stop = threading.Event()
+    # As PID 1 in a container SIGTERM has no default action: handle it, or `stop` waits for SIGKILL.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    exporter.stop()
+    client.close()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m worker.metrics", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    queues = commands.add_parser("queues", help="serve evalq_queue_* gauges read from Redis")
+    queues.add_argument("--broker-url", default=os.environ.get("EVALQ_BROKER_URL"))
+    queues.add_argument("--port", type=int, default=DEFAULT_QUEUE_EXPORTER_PORT)
+    queues.add_argument("--addr", default="127.0.0.1")
+    queues.add_argument("--keyprefix", default="", help="kombu global_keyprefix, if any")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``queues``: serve the queue collector until SIGTERM/SIGINT."""
+    args = _parser().parse_args(argv)
+    if not args.broker_url:
+        _parser().error("EVALQ_BROKER_URL (or --broker-url) is required")
+    return _serve_queues(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,366 @@
+"""Operations behind the CLI: run a worker, redrive dead letters, report, and ``evalq run``.
+
+The CLI (``producer.cli``) only parses flags and prints; everything it does is here, callable
+from Python and tests.
+
+``run_pipeline`` is the embedded default: with no broker configured it starts a private Redis
+(``worker.embedded.RedisServer``, data in a temporary directory), spawns a real worker process,
+enqueues the file through the same Celery tasks as production (no eager mode), waits — bounded —
+until every snapshot has its evaluation (or a dead letter), and stops what it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from producer import ImportErrorReport, Lane, OutcomeEvent, Producer, Snapshot, read_snapshots
+from producer.snapshot import WindowViolation
+from worker import signals
+from worker.app import broker_transport_options, create_app
+from worker.embedded import RedisServer
+from worker.metric_sets import build_metric_set
+from worker.runtime import judge_identity
+from worker.settings import ConfigError, Settings
+from worker.store import DeadLetter, Store, StoreError, open_store
+
+__all__ = [
+    "RedriveSummary",
+    "RunResult",
+    "WorkerProcess",
+    "preflight",
+    "redrive",
+    "report",
+    "run_pipeline",
+    "run_worker",
+    "snapshots_for",
+    "with_metric_set",
+]
+
+
+# --- worker ------------------------------------------------------------------------------------
+
+
+def worker_argv(settings: Settings, hostname: str | None = None) -> list[str]:
+    """Celery worker arguments for ``settings`` (pool, size, lane queues, events on)."""
+    name = hostname or f"evalq-{os.getpid()}@%h"
+    return [
+        "worker",
+        f"--pool={settings.pool.value}",
+        f"--concurrency={settings.pool_size}",
+        f"--queues={','.join(settings.queues)}",
+        f"--loglevel={settings.log_level}",
+        f"--hostname={name}",
+        "--task-events",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+
+
+def preflight(settings: Settings) -> None:
+    """Fail fast, naming ``EVALQ_STORE_URL``, when the store cannot be opened (and migrated)."""
+    try:
+        store = open_store(settings.store_url)
+    except StoreError as exc:
+        raise ConfigError(f"EVALQ_STORE_URL: the store is not usable ({exc.code})") from None
+    except ValueError as exc:  # the store's URL errors already name the variable
+        raise ConfigError(str(exc)) from None
+    store.close()
+
+
+def run_worker(settings: Settings, *, hostname: str | None = None) -> None:
+    """Run a Celery worker in this process until it is stopped (``evalq worker``).
+
+    The store is checked first, so a worker that could never record anything does not start.
+    """
+    preflight(settings)
+    app = create_app(settings)
+    signals.connect(app)
+    app.worker_main(worker_argv(settings, hostname))
+
+
+# --- producing ---------------------------------------------------------------------------------
+
+
+def with_metric_set(snapshot: Snapshot, name: str) -> Snapshot:
+    """``snapshot`` asking for metric set ``name`` (a new snapshot, so a new id, if it differs)."""
+    if snapshot.metric_set == name:
+        return snapshot
+    return Snapshot.model_validate({**snapshot.wire(), "metric_set": name})
+
+
+def snapshots_for(
+    path: Path, settings: Settings, *, report: ImportErrorReport | None = None, **reader: Any
+) -> Iterator[Snapshot]:
+    """Snapshots of ``path`` stamped with the configured metric set."""
+    for snapshot in read_snapshots(path, report=report, **reader):
+        yield with_metric_set(snapshot, settings.metric_set)
+
+
+def producer_for(settings: Settings, broker_url: str | None = None) -> Producer:
+    """A :class:`Producer` on the configured broker with the worker's transport options."""
+    url = broker_url or settings.require_broker()
+    return Producer(url, transport_options=broker_transport_options(settings, url))
+
+
+# --- redrive -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RedriveSummary:
+    """What one redrive did: dead letters examined, re-enqueued, and still undecodable."""
+
+    examined: int
+    redriven: int
+    still_invalid: int
+
+
+def _unwrap(body: Any) -> Any:
+    """The task argument in a raw body (``[args, kwargs, embed]`` or ``{args, kwargs}``)."""
+    if isinstance(body, list) and len(body) == 3 and isinstance(body[0], list):
+        args, kwargs = body[0], body[1]
+    elif isinstance(body, dict) and set(body) == {"args", "kwargs"}:
+        args, kwargs = body["args"], body["kwargs"]
+    else:
+        return body
+    return args[0] if isinstance(args, list) and len(args) == 1 and not kwargs else None
+
+
+def _as_snapshots(item: Any) -> list[Snapshot] | None:
+    items = item if isinstance(item, list) and item else [item]
+    try:
+        snapshots = [Snapshot.model_validate(i) for i in items]
+        for snapshot in snapshots:
+            snapshot.check_window()
+    except (ValidationError, WindowViolation):
+        return None
+    return snapshots
+
+
+def _as_outcome(item: Any) -> OutcomeEvent | None:
+    try:
+        return OutcomeEvent.model_validate(item)
+    except ValidationError:
+        return None
+
+
+def _redrive_one(dead: DeadLetter, producer: Producer, batch_size: int) -> bool:
+    """Re-enqueue one dead letter if its payload decodes now; True if it was sent."""
+    if dead.truncated:
+        return False
+    try:
+        item = _unwrap(json.loads(dead.payload.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    snapshots = _as_snapshots(item)
+    if snapshots is not None:
+        lane = Lane(dead.lane) if dead.lane in tuple(Lane) else None
+        producer.enqueue_many(snapshots, lane=lane, batch_size=min(batch_size, len(snapshots)))
+        return True
+    event = _as_outcome(item)
+    if event is not None:
+        producer.outcome(event)
+        return True
+    return False
+
+
+def redrive(
+    store: Store, producer: Producer, *, reason: str | None = None, batch_size: int = 1
+) -> RedriveSummary:
+    """Re-enqueue every open dead letter (optionally of one reason code) that decodes now.
+
+    Each one sent gets a redrive record (after the publish: a crash in between re-sends it next
+    time, which the workers' idempotency absorbs). The rest stay open.
+    """
+    examined = redriven = 0
+    for dead in store.open_dead_letters(reason):
+        examined += 1
+        if _redrive_one(dead, producer, batch_size):
+            store.record_redrive(dead.dead_letter_id)
+            redriven += 1
+    return RedriveSummary(examined, redriven, examined - redriven)
+
+
+# --- report ------------------------------------------------------------------------------------
+
+
+def report(store: Store) -> dict[str, Any]:
+    """The JSON report: ``snapshots``, ``evaluations``, ``metrics``, ``dead_letters_open``."""
+    return {
+        "snapshots": store.count_snapshots(),
+        "evaluations": store.count_evaluations(),
+        "metrics": store.metric_counts(),
+        "dead_letters_open": len(store.open_dead_letters()),
+        "store": store.location,
+    }
+
+
+# --- evalq run ---------------------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """A worker subprocess in its own session (so it and its children can be stopped together)."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def alive(self) -> bool:
+        """True while the worker's main process runs."""
+        return self.process.poll() is None
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Warm shutdown (SIGTERM to the main process only), then SIGKILL the whole group."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=grace_s)
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@dataclass
+class RunResult:
+    """Outcome of ``evalq run``: what was expected, evaluated, dead-lettered, and the tallies."""
+
+    store_location: str
+    broker_url: str
+    metric_set_version: str
+    expected: int
+    evaluated: int
+    dead_lettered: int
+    rejected_lines: int
+    timed_out: bool
+    worker_log: Path | None
+    by_metric: dict[str, Counter[str]] = field(default_factory=dict)
+    passed: dict[str, int] = field(default_factory=dict)
+
+
+def _tally(store: Store, ids: Iterable[str], version: str, result: RunResult) -> None:
+    for snapshot_id in ids:
+        stored = store.find_evaluation(snapshot_id, version)
+        if stored is None:
+            continue
+        for row in stored.record.results:
+            result.by_metric.setdefault(row.metric_id, Counter())[row.status] += 1
+            if row.passed:
+                result.passed[row.metric_id] = result.passed.get(row.metric_id, 0) + 1
+
+
+def _progress(store: Store, ids: set[str], version: str) -> tuple[int, int]:
+    evaluated = sum(1 for i in ids if store.find_evaluation(i, version) is not None)
+    dead = {d.payload_sha256 for d in store.open_dead_letters()} & ids
+    return evaluated, len(dead)
+
+
+@contextmanager
+def _broker(settings: Settings, workdir: Path) -> Iterator[str]:
+    if settings.broker_url is not None:
+        yield settings.broker_url
+        return
+    with RedisServer(workdir / "redis") as server:
+        yield server.url
+
+
+def _worker_env(settings: Settings, broker_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["EVALQ_BROKER_URL"] = broker_url
+    env["EVALQ_STORE_URL"] = settings.store_url
+    return env
+
+
+def _wait(
+    store: Store,
+    *,
+    ids: set[str],
+    version: str,
+    deadline: float,
+    worker: WorkerProcess | None,
+    progress: Callable[[int, int, int], None] | None,
+) -> tuple[int, int, bool]:
+    while True:
+        evaluated, dead = _progress(store, ids, version)
+        if progress is not None:
+            progress(evaluated, dead, len(ids))
+        if evaluated + dead >= len(ids):
+            return evaluated, dead, False
+        if time.monotonic() >= deadline or (worker is not None and not worker.alive()):
+            return evaluated, dead, True
+        time.sleep(0.2)
+
+
+def run_pipeline(
+    path: Path,
+    settings: Settings,
+    *,
+    spawn_worker: bool = True,
+    timeout_s: float = 300.0,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> RunResult:
+    """``evalq run FILE``: the whole pipeline on this machine, through the real queue."""
+    workdir = Path(tempfile.mkdtemp(prefix="evalq-run-"))
+    store = open_store(settings.store_url)
+    metric_set = build_metric_set(
+        settings.metric_set,
+        thresholds=settings.effective_thresholds,
+        judge=judge_identity(settings),
+        limits=settings.limits,
+    )
+    with ExitStack() as stack:
+        stack.callback(store.close)
+        broker_url = stack.enter_context(_broker(settings, workdir))
+        worker = None
+        if spawn_worker:
+            worker = WorkerProcess(_worker_env(settings, broker_url), workdir / "worker.log")
+            stack.callback(worker.stop)
+        rejected = ImportErrorReport()
+        with producer_for(settings, broker_url) as producer:
+            ids = set(producer.enqueue_many(snapshots_for(path, settings, report=rejected)))
+        deadline = time.monotonic() + timeout_s
+        evaluated, dead, timed_out = _wait(
+            store,
+            ids=ids,
+            version=metric_set.version,
+            deadline=deadline,
+            worker=worker,
+            progress=progress,
+        )
+        result = RunResult(
+            store_location=store.location,
+            broker_url=broker_url if settings.broker_url else "embedded redis (stopped)",
+            metric_set_version=metric_set.version,
+            expected=len(ids),
+            evaluated=evaluated,
+            dead_lettered=dead,
+            rejected_lines=rejected.rejected_count,
+            timed_out=timed_out,
+            worker_log=worker.log_path if worker else None,
+        )
+        _tally(store, ids, metric_set.version, result)
+    if not result.timed_out:
+        shutil.rmtree(workdir, ignore_errors=True)  # kept on failure: it holds the worker log
+        result.worker_log = None
+    return result

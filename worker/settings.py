@@ -1,0 +1,311 @@
+"""One configuration object per process: :class:`Settings`, read from ``EVALQ_*`` variables.
+
+Every CLI flag has an environment twin (the flag wins). Invalid configuration fails at start with
+:class:`ConfigError`, whose message names the variable (``EVALQ_THRESHOLDS: ...``) and never echoes
+the offending value (it could be a key).
+
+Sizing that the broker depends on lives here too, so producers, workers and ``evalq run`` compute
+the same numbers from the same inputs (``longest_task_s`` → ``visibility_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from producer.snapshot import Lane
+from worker.evaluation import Limits, Thresholds, check_id
+
+__all__ = [
+    "BACKSTOP_MARGIN_S",
+    "DEMO_THRESHOLDS",
+    "ENV_PREFIX",
+    "ConfigError",
+    "JudgeKind",
+    "PoolKind",
+    "Settings",
+    "load_settings",
+]
+
+ENV_PREFIX = "EVALQ_"
+DEMO_THRESHOLDS = (0.2, 0.8)
+"""Uncalibrated demo pair; only ever used with the synthetic judge, and labelled ``demo``."""
+BACKSTOP_MARGIN_S = 2.0
+"""Slack above the engine budget before the task's own backstop fires (planning, store, loop)."""
+METRIC_SET_NAMES = ("agent", "agent+trajectory")
+_BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp", "sentinel")
+_STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message starts with the name of the variable."""
+
+
+class JudgeKind(StrEnum):
+    """Which judge the worker builds."""
+
+    SYNTHETIC = "synthetic"
+    SYSTEMONE = "systemone"
+    CHAT = "chat"
+
+
+class PoolKind(StrEnum):
+    """Celery execution pool. ``threads`` is the design; ``prefork``/``solo`` for diagnosis."""
+
+    THREADS = "threads"
+    PREFORK = "prefork"
+    SOLO = "solo"
+
+
+def _comma_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def _scheme(url: str) -> str:
+    return urlsplit(url).scheme.lower()
+
+
+class Settings(BaseSettings):
+    """Everything a worker, producer or ``evalq run`` needs, from ``EVALQ_*`` variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", populate_by_name=True
+    )
+
+    broker_url: str | None = None
+    store_url: str = "sqlite:///evalq.db"
+    judge: JudgeKind = JudgeKind.SYNTHETIC
+    judge_url: str | None = None
+    judge_model: str | None = None
+    judge_api_key: SecretStr | None = None
+    typesafe_api_key: SecretStr | None = Field(default=None, validation_alias="TYPESAFE_API_KEY")
+    budget_s: float = Field(default=3.0, gt=0, le=300)
+    thresholds: Annotated[tuple[float, ...] | None, NoDecode] = None
+    max_questions: int = Field(default=128, ge=1, le=512)
+    max_state_chars: int = Field(default=100_000, ge=1, le=1_000_000)
+    metric_set: str = "agent"
+    outcome_criteria: Annotated[tuple[str, ...], NoDecode] = ()
+    lanes: Annotated[tuple[Lane, ...], NoDecode] = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
+    concurrency: int = Field(default=32, ge=1, le=512)
+    batch_size: int = Field(default=4, ge=1, le=1000)
+    pool: PoolKind = PoolKind.THREADS
+    visibility_timeout_s: float | None = Field(default=None, gt=0)
+    restore_interval_s: float = Field(default=5.0, gt=0, le=60)
+    log_level: str = "INFO"
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_addr: str = "127.0.0.1"
+
+    @field_validator("thresholds", mode="before")
+    @classmethod
+    def _parse_thresholds(cls, value: Any) -> Any:
+        value = _comma_list(value)
+        if value is not None and len(value) != 2:
+            raise ValueError("expected two numbers 'fail,pass', e.g. '0.2,0.8'")
+        return value
+
+    @field_validator("outcome_criteria", "lanes", mode="before")
+    @classmethod
+    def _parse_list(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _check_thresholds(cls, value: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if value is not None:
+            Thresholds(value[0], value[1])
+        return value
+
+    @field_validator("outcome_criteria")
+    @classmethod
+    def _check_criteria(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            check_id(name, "outcome criterion")
+        if len(set(value)) != len(value):
+            raise ValueError("duplicate criterion")
+        return value
+
+    @field_validator("lanes")
+    @classmethod
+    def _check_lanes(cls, value: tuple[Lane, ...]) -> tuple[Lane, ...]:
+        if not value:
+            raise ValueError("at least one lane (live, backfill, outcomes)")
+        if len(set(value)) != len(value):
+            raise ValueError("duplicate lane")
+        return value
+
+    @field_validator("metric_set")
+    @classmethod
+    def _check_metric_set(cls, value: str) -> str:
+        if value not in METRIC_SET_NAMES:
+            raise ValueError(f"unknown metric set; known: {', '.join(METRIC_SET_NAMES)}")
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _check_broker(cls, value: str | None) -> str | None:
+        if value is not None and _scheme(value) not in _BROKER_SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(_BROKER_SCHEMES)}")
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _check_store(cls, value: str) -> str:
+        if _scheme(value) not in _STORE_SCHEMES:
+            raise ValueError("expected sqlite:///path.db or postgresql://...")
+        return value
+
+    @field_validator("judge_url")
+    @classmethod
+    def _check_judge_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http(s) URL with a host")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
+
+    @model_validator(mode="after")
+    def _judge_needs(self) -> Settings:
+        if self.judge is not JudgeKind.SYNTHETIC and self.thresholds is None:
+            raise _FieldRuleError(
+                "thresholds", "required for a non-synthetic judge (e.g. '0.2,0.8')"
+            )
+        if self.judge is JudgeKind.SYSTEMONE and self.api_key is None:
+            raise _FieldRuleError(
+                "judge_api_key", "required for EVALQ_JUDGE=systemone (or TYPESAFE_API_KEY)"
+            )
+        if self.judge is JudgeKind.CHAT and (self.judge_url is None or self.judge_model is None):
+            field = "judge_url" if self.judge_url is None else "judge_model"
+            raise _FieldRuleError(field, "required for EVALQ_JUDGE=chat")
+        if (
+            self.visibility_timeout_s is not None
+            and self.visibility_timeout_s < self.longest_task_s
+        ):
+            raise _FieldRuleError(
+                "visibility_timeout_s",
+                f"must be at least the longest task ({self.longest_task_s:g} s)",
+            )
+        return self
+
+    # -- derived values -------------------------------------------------------------------------
+
+    @property
+    def api_key(self) -> SecretStr | None:
+        """The judge key: ``EVALQ_JUDGE_API_KEY``, or ``TYPESAFE_API_KEY`` for System One only."""
+        if self.judge_api_key is not None:
+            return self.judge_api_key
+        return self.typesafe_api_key if self.judge is JudgeKind.SYSTEMONE else None
+
+    @property
+    def effective_thresholds(self) -> Thresholds:
+        """Configured thresholds, or the demo pair (synthetic judge only)."""
+        pair = self.thresholds or DEMO_THRESHOLDS
+        return Thresholds(pair[0], pair[1])
+
+    @property
+    def limits(self) -> Limits:
+        """The engine limits: budget, questions per request, state size."""
+        return Limits(
+            budget_s=self.budget_s,
+            max_questions=self.max_questions,
+            max_state_chars=self.max_state_chars,
+        )
+
+    @property
+    def thresholds_are_demo(self) -> bool:
+        """True when the uncalibrated demo pair is in use (so records and summaries say so)."""
+        return self.thresholds is None
+
+    @property
+    def pool_size(self) -> int:
+        """Celery pool size: one message per thread, so ``concurrency`` threads (or processes)."""
+        return self.concurrency
+
+    @property
+    def longest_task_s(self) -> float:
+        """Worst-case duration of one message.
+
+        Every pool thread may hold a batch of ``batch_size`` snapshots while at most
+        ``concurrency`` evaluations run at once, so a batch can wait for
+        ``ceil(batch_size * pool_size / concurrency)`` budgets, plus a margin.
+        """
+        rounds = math.ceil(self.batch_size * self.pool_size / self.concurrency)
+        return self.budget_s * rounds + BACKSTOP_MARGIN_S
+
+    @property
+    def effective_visibility_timeout_s(self) -> float:
+        """Redis visibility timeout: 4 x the longest task (celery-notes rule 3), or the override."""
+        if self.visibility_timeout_s is not None:
+            return self.visibility_timeout_s
+        return math.ceil(4 * self.longest_task_s)
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """Broker queue names of the configured lanes, in priority order (live first)."""
+        from producer.snapshot import LANE_QUEUES  # noqa: PLC0415 - keep the public import list short
+
+        order = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
+        return tuple(LANE_QUEUES[lane] for lane in order if lane in self.lanes)
+
+    def require_broker(self) -> str:
+        """The broker URL, or :class:`ConfigError` naming ``EVALQ_BROKER_URL``."""
+        if self.broker_url is None:
+            raise ConfigError(
+                "EVALQ_BROKER_URL: not set (e.g. redis://127.0.0.1:6379/0); "
+                "`evalq run` starts an embedded Redis when it is unset"
+            )
+        return self.broker_url
+
+
+class _FieldRuleError(ValueError):
+    """A cross-field rule broke; carries the field it should be reported under."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    if not loc:
+        return "EVALQ_CONFIG"
+    field = str(loc[0])
+    if field == "TYPESAFE_API_KEY":
+        return field
+    return ENV_PREFIX + field.upper()
+
+
+def _describe(error: Any) -> str:
+    ctx = error.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, _FieldRuleError):
+        return f"{ENV_PREFIX}{cause.field.upper()}: {cause}"
+    message = str(cause) if cause is not None else error["msg"]
+    return f"{_env_name(tuple(error['loc']))}: {message}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build :class:`Settings` from the environment plus explicit overrides (CLI flags win).
+
+    ``None`` overrides are ignored, so a CLI can pass every flag through unchanged.
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors(include_input=False))
+        raise ConfigError(problems) from None

@@ -1,0 +1,130 @@
+"""Append-only record store: SQLite (embedded default, WAL) or PostgreSQL (fleets, psycopg pool).
+
+Open it with ``open_store(EVALQ_STORE_URL)``: ``sqlite:///relative.db``,
+``sqlite:////absolute/path.db`` or ``postgresql://user@host/db`` (``postgres://`` too). Anything
+else is a ``ValueError`` that names ``EVALQ_STORE_URL``. Opening creates the schema if it is
+missing; connections open lazily, per thread (SQLite) or per process pool (PostgreSQL), and again
+after a fork. The store knows records, not Celery and not the engine.
+
+Tables
+------
+``snapshots``
+    One row per snapshot id (sha256 of the snapshot's canonical JSON): trace, session, unit kind
+    and event id, window rule / cutoff event / cutoff time, slice metadata (agent version,
+    environment, tool), sampling (lane, rate, weight, rule), metric set, created_at.
+``snapshot_contents``
+    The snapshot's canonical JSON. The only place evaluated content lives, in a table of its
+    own so that retention can protect or expire it separately (an operator's maintenance step;
+    the API never deletes). Reading it back re-checks its hash.
+``evaluations``
+    One per (snapshot_id, metric_set_version, run) — a UNIQUE constraint; ``run`` is ``""``
+    unless an explicit re-run names itself. The id is deterministic:
+    ``sha256("evalq.evaluation.v1␟snapshot_id␟metric_set_version␟run")``. Holds metric set and
+    version, judge kind and model, the synthetic flag, request count, usage per request
+    (``[{model, usage|null}]``), elapsed_s, window rule and cutoff (copied from the snapshot),
+    lane, created_at and ``previous_evaluation_id``: the latest earlier evaluation of the same
+    snapshot, so a re-evaluation (new metric-set version or re-run) links to the one before.
+``metric_results``
+    One per metric of an evaluation, written in the same transaction: metric id and version,
+    status, reason code, score, passed, label, evidence, judge model, question ids, position,
+    and the window rule and cutoff again, so every result says what evidence it saw.
+``pending_outcomes``
+    The outcome criteria (outcome-event names, e.g. ``refund_reversed``) the metric set declared
+    for the evaluation. Whether one is still pending is derived — no linked outcome of that name
+    yet — and never updated.
+``outcomes``
+    Outcome events by event id (insert-if-absent: re-sending an event id changes nothing).
+``outcome_links``
+    outcome → evaluation, unique per pair. Made when an outcome arrives (every evaluation of its
+    trace, only those of its unit when it names one) and when an evaluation lands (every earlier
+    outcome of its trace that names no unit or names this unit). Writers of one trace serialize
+    on a lock, so an outcome and an evaluation arriving together are still linked.
+``dead_letters`` / ``redrives``
+    Messages that could not be decoded or validated: reason code, task, lane, the first 64 KiB
+    of the raw payload with its full size, sha256 and a truncated flag. A redrive is a new row
+    in ``redrives``; "open" dead letters are those without one.
+``backfill_checkpoints``
+    Append-only progress of backfills: (backfill id, source, offset, enqueued, recorded_at).
+
+Guarantees
+----------
+- Nothing is ever updated or deleted. Both databases enforce it themselves: triggers on every
+  table refuse UPDATE and DELETE (and TRUNCATE in PostgreSQL) whoever sends them. Operators may
+  add grants (INSERT/SELECT only for the worker role) on top.
+- Idempotent writes: a duplicate delivery of an evaluation writes nothing and returns the
+  existing id with ``created=False``; earlier rows stay byte-for-byte unchanged.
+- An evaluation, its results, criteria and links commit together or not at all.
+- JSON columns hold canonical JSON text (sorted keys, compact) in both databases.
+- Transient failures (connection refused or lost, serialization failure, deadlock, lock
+  timeout, SQLite "database is locked") are retried with stamina around each transaction
+  (bounded attempts and time), then raised as ``TransientStoreError``: the caller leaves the
+  message unacked and it is redelivered. Nothing was written in that case. (If a commit
+  succeeds but its acknowledgement is lost, the retry finds the row and reports
+  ``created=False``.)
+- Records hold reason codes only; store exceptions carry a code plus the driver's exception
+  class and SQLSTATE, never the driver's message.
+
+Exceptions::
+
+    StoreError                    .code: a reason code
+     ├── TransientStoreError      STORE_UNAVAILABLE (PostgreSQL) / STORE_BUSY (SQLite): retry later
+     └── PermanentStoreError      STORE_FAILED, STORE_CLOSED, UNKNOWN_SNAPSHOT,
+          │                       UNKNOWN_DEAD_LETTER, CONTENT_MISMATCH, SCHEMA_TOO_NEW, …
+          └── AppendOnlyError APPEND_ONLY: the database refused an UPDATE/DELETE/TRUNCATE
+
+    ValueError                    invalid EVALQ_STORE_URL, invalid record (pydantic)
+"""
+
+from __future__ import annotations
+
+from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
+from ._records import (
+    Checkpoint,
+    DeadLetter,
+    DeadLetterRecord,
+    EvaluationRecord,
+    MetricResultRecord,
+    OutcomeLink,
+    OutcomeRecord,
+    OutcomeWritten,
+    RequestUsage,
+    ResultRow,
+    SnapshotMeta,
+    SnapshotRecord,
+    StatusName,
+    StoredEvaluation,
+    Written,
+    evaluation_id_for,
+)
+from ._schema import APPEND_ONLY_TABLES
+from ._store import Store, open_store
+from ._url import SETTING as STORE_URL_SETTING
+from ._writes import PAYLOAD_LIMIT_BYTES
+
+__all__ = [
+    "APPEND_ONLY_TABLES",
+    "PAYLOAD_LIMIT_BYTES",
+    "STORE_URL_SETTING",
+    "AppendOnlyError",
+    "Checkpoint",
+    "DeadLetter",
+    "DeadLetterRecord",
+    "EvaluationRecord",
+    "MetricResultRecord",
+    "OutcomeLink",
+    "OutcomeRecord",
+    "OutcomeWritten",
+    "PermanentStoreError",
+    "RequestUsage",
+    "ResultRow",
+    "SnapshotMeta",
+    "SnapshotRecord",
+    "StatusName",
+    "Store",
+    "StoreError",
+    "StoredEvaluation",
+    "TransientStoreError",
+    "Written",
+    "evaluation_id_for",
+    "open_store",
+]

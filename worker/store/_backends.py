@@ -1,0 +1,307 @@
+"""Connections and transactions for SQLite and PostgreSQL behind one tiny ``Tx`` protocol.
+
+SQL is written once with ``:name`` placeholders (sqlite3's named style) and converted for
+psycopg. Both backends connect lazily and notice a fork: a child never touches its parent's
+connections (closing them would end the parent's sessions), it opens its own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool
+
+from ._errors import PermanentStoreError
+
+__all__ = ["Backend", "Dialect", "Params", "PostgresBackend", "SqliteBackend", "Tx", "redacted"]
+
+Dialect = Literal["sqlite", "postgresql"]
+Params = Mapping[str, object]
+Row = tuple[Any, ...]
+
+
+class Tx(Protocol):
+    """One open transaction. Statements use ``:name`` placeholders."""
+
+    def rows(self, sql: str, params: Params | None = None) -> list[Row]:
+        """Run a query and return every row."""
+        ...
+
+    def run(self, sql: str, params: Params | None = None) -> int:
+        """Run a statement and return the number of rows it wrote."""
+        ...
+
+    def run_many(self, sql: str, params: Sequence[Params]) -> None:
+        """Run one statement for each parameter set."""
+        ...
+
+    def lock(self, key: str) -> None:
+        """Serialize with every other transaction that locks ``key``, until this one ends."""
+        ...
+
+
+class Backend(Protocol):
+    """Where records live: hands out transactions, retried by the caller as a whole."""
+
+    dialect: Dialect
+
+    @property
+    def location(self) -> str:
+        """The database file, or the PostgreSQL URL without its password."""
+        ...
+
+    def transaction(self, *, write: bool) -> AbstractContextManager[Tx]:
+        """A transaction that commits when the block ends normally and rolls back otherwise."""
+        ...
+
+    def close(self) -> None:
+        """Close this process's connections; later use raises ``STORE_CLOSED``."""
+        ...
+
+
+# --- SQLite ----------------------------------------------------------------------------------
+
+
+def _sqlite_value(value: object) -> object:
+    # sqlite3's datetime adapter is deprecated; fixed-width UTC ISO text also sorts correctly.
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="microseconds")
+    return value
+
+
+def _sqlite_params(params: Params | None) -> dict[str, object]:
+    return {k: _sqlite_value(v) for k, v in (params or {}).items()}
+
+
+class _SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: Params | None = None) -> list[Row]:
+        return self._conn.execute(sql, _sqlite_params(params)).fetchall()
+
+    def run(self, sql: str, params: Params | None = None) -> int:
+        return self._conn.execute(sql, _sqlite_params(params)).rowcount
+
+    def run_many(self, sql: str, params: Sequence[Params]) -> None:
+        self._conn.executemany(sql, [_sqlite_params(p) for p in params])
+
+    def lock(self, key: str) -> None:
+        """Nothing to do: ``BEGIN IMMEDIATE`` already holds the database's one write lock."""
+
+
+_SQLITE_PRAGMAS = (
+    "PRAGMA foreign_keys = ON",
+    # FULL: a commit survives power loss before the broker message is acked.
+    "PRAGMA synchronous = FULL",
+    # REPLACE deletes conflicting rows; with this on, those deletes hit the append-only triggers.
+    "PRAGMA recursive_triggers = ON",
+)
+
+
+class SqliteBackend:
+    """One connection per thread (WAL lets readers run beside the single writer)."""
+
+    dialect: Dialect = "sqlite"
+
+    def __init__(self, path: Path, *, busy_timeout_s: float) -> None:
+        self._path = path.resolve()
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._busy_timeout_s = busy_timeout_s
+        self._closed = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._guard = threading.Lock()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+
+    @property
+    def location(self) -> str:
+        """Absolute path of the database file."""
+        return str(self._path)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self._path,
+            timeout=self._busy_timeout_s,
+            isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+            check_same_thread=False,  # close() may run on another thread
+        )
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if mode is None or str(mode[0]).lower() != "wal":
+            conn.close()
+            raise PermanentStoreError("WAL_UNAVAILABLE", "the file system refused WAL mode")
+        for pragma in _SQLITE_PRAGMAS:
+            conn.execute(pragma)
+        return conn
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():
+            self._reset()  # forget (never close) the parent's connections
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        with self._guard:
+            if self._closed:
+                raise PermanentStoreError("STORE_CLOSED")
+            conn = self._connect()
+            self._connections.append(conn)
+        self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[Tx]:
+        """``BEGIN IMMEDIATE`` for writes (waits up to the busy timeout), deferred for reads."""
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield _SqliteTx(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        """Close every connection this process opened."""
+        with self._guard:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        if self._pid == os.getpid():
+            for conn in connections:
+                conn.close()
+        self._local = threading.local()
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@lru_cache(maxsize=256)
+def _pg_sql(sql: str) -> str:
+    if "%" in sql:
+        raise ValueError("store SQL must not contain '%' (psycopg placeholder syntax)")
+    return _NAMED.sub(r"%(\1)s", sql)
+
+
+class _PostgresTx:
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self._conn = conn
+
+    def _execute(self, sql: str, params: Params | None) -> psycopg.Cursor[Row]:
+        if params is None:
+            return self._conn.execute(sql)
+        return self._conn.execute(_pg_sql(sql), params)
+
+    def rows(self, sql: str, params: Params | None = None) -> list[Row]:
+        return self._execute(sql, params).fetchall()
+
+    def run(self, sql: str, params: Params | None = None) -> int:
+        return self._execute(sql, params).rowcount
+
+    def run_many(self, sql: str, params: Sequence[Params]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(_pg_sql(sql), params)
+
+    def lock(self, key: str) -> None:
+        self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+
+
+def redacted(conninfo: str) -> str:
+    """``postgresql://user@host:port/db`` with no password or other parameters."""
+    parts = conninfo_to_dict(conninfo)
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+class PostgresBackend:
+    """A small psycopg pool per process, opened on first use (never at import or in a parent)."""
+
+    dialect: Dialect = "postgresql"
+
+    def __init__(
+        self, conninfo: str, *, pool_max_size: int, connect_timeout_s: float, lock_timeout_s: float
+    ) -> None:
+        self._conninfo = conninfo
+        self._location = redacted(conninfo)
+        self._pool_max_size = pool_max_size
+        self._connect_timeout_s = connect_timeout_s
+        self._lock_timeout_ms = round(lock_timeout_s * 1000)
+        self._closed = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._guard = threading.Lock()
+        self._pool: ConnectionPool[psycopg.Connection[Row]] | None = None
+        self._pid = os.getpid()
+
+    @property
+    def location(self) -> str:
+        """The URL without password or options."""
+        return self._location
+
+    def _configure(self, conn: psycopg.Connection[Row]) -> None:
+        # A hung client must not hold a trace lock forever; waiting writers give up and retry.
+        conn.execute(
+            "SELECT set_config('lock_timeout', %s, false),"
+            " set_config('idle_in_transaction_session_timeout', %s, false)",
+            (f"{self._lock_timeout_ms}ms", f"{max(self._lock_timeout_ms * 6, 60_000)}ms"),
+        )
+
+    def _new_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if "connect_timeout" not in conninfo_to_dict(self._conninfo):
+            kwargs["connect_timeout"] = max(2, round(self._connect_timeout_s))
+        pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=self._pool_max_size,
+            kwargs=kwargs,
+            configure=self._configure,
+            timeout=self._connect_timeout_s,
+            name="evalq-store",
+            open=False,
+        )
+        pool.open(wait=False)
+        return pool
+
+    def _current_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
+        if self._pid != os.getpid():
+            self._reset()  # the parent's pool and its threads are not ours
+        with self._guard:
+            if self._closed:
+                raise PermanentStoreError("STORE_CLOSED")
+            if self._pool is None:
+                self._pool = self._new_pool()
+            return self._pool
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[Tx]:
+        """``BEGIN [READ ONLY]`` … ``COMMIT`` on a pooled connection (READ COMMITTED)."""
+        with self._current_pool().connection() as conn:
+            conn.read_only = not write
+            with conn.transaction():
+                yield _PostgresTx(conn)
+
+    def close(self) -> None:
+        """Close this process's pool (a forked child leaves its parent's pool alone)."""
+        with self._guard:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None and self._pid == os.getpid():
+            pool.close(timeout=5.0)

@@ -1,0 +1,274 @@
+"""The :class:`Store` facade and :func:`open_store`.
+
+Every public method is one transaction run by :meth:`Store._run`: the single place where driver
+exceptions are translated and where transient failures are retried (stamina, bounded attempts
+and time). Methods are synchronous and thread-safe; worker threads call them directly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from functools import partial
+from types import TracebackType
+from typing import TypeVar
+
+import stamina
+
+from ._backends import Backend, PostgresBackend, SqliteBackend, Tx
+from ._errors import TransientStoreError, translating
+from ._reads import (
+    MetricCounts,
+    count_rows,
+    latest_checkpoint,
+    links,
+    metric_counts,
+    open_dead_letters,
+    pending_criteria,
+    result_page,
+    snapshot,
+    stored_evaluation,
+)
+from ._records import (
+    Checkpoint,
+    DeadLetter,
+    DeadLetterRecord,
+    EvaluationRecord,
+    OutcomeLink,
+    OutcomeRecord,
+    OutcomeWritten,
+    ResultRow,
+    SnapshotRecord,
+    StoredEvaluation,
+    Written,
+    evaluation_id_for,
+)
+from ._schema import migrate
+from ._url import PostgresTarget, parse_store_url
+from ._writes import (
+    write_checkpoint,
+    write_dead_letter,
+    write_evaluation,
+    write_outcome,
+    write_redrive,
+    write_snapshot,
+)
+
+__all__ = ["Store", "open_store"]
+
+T = TypeVar("T")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Store:
+    """Append-only record store. Build it with :func:`open_store`."""
+
+    def __init__(
+        self, backend: Backend, *, retry_attempts: int = 5, retry_timeout_s: float = 30.0
+    ) -> None:
+        self._backend = backend
+        self._retry_attempts = retry_attempts
+        self._retry_timeout_s = retry_timeout_s
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._backend.dialect
+
+    @property
+    def location(self) -> str:
+        """The SQLite file path, or the PostgreSQL URL without password (safe to print)."""
+        return self._backend.location
+
+    def _run(self, work: Callable[[Tx], T], *, write: bool = True) -> T:
+        for attempt in stamina.retry_context(
+            on=TransientStoreError,
+            attempts=self._retry_attempts,
+            timeout=self._retry_timeout_s,
+            wait_initial=0.05,
+            wait_max=2.0,
+            wait_jitter=0.1,
+        ):
+            with attempt, translating(), self._backend.transaction(write=write) as tx:
+                return work(tx)
+        raise AssertionError("unreachable: stamina re-raises after the last attempt")
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def migrate(self) -> bool:
+        """Create the schema if this version is not recorded yet; True if it was created."""
+        dialect = self._backend.dialect
+        return self._run(lambda tx: migrate(tx, dialect))
+
+    def put_snapshot(self, record: SnapshotRecord) -> Written:
+        """Insert the snapshot if absent."""
+        now = _now()
+        created = self._run(lambda tx: write_snapshot(tx, record, now))
+        return Written(record.snapshot_id, created)
+
+    def record_evaluation(
+        self, record: EvaluationRecord, snapshot: SnapshotRecord | None = None
+    ) -> Written:
+        """Insert the evaluation, its results and criteria in one transaction, unless it exists.
+
+        Passing ``snapshot`` records it in the same transaction (insert-if-absent); otherwise it
+        must have been put before (``PermanentStoreError`` code ``UNKNOWN_SNAPSHOT``). A
+        duplicate writes nothing and returns the existing id with ``created=False``.
+        """
+        if snapshot is not None and snapshot.snapshot_id != record.snapshot_id:
+            raise ValueError("the snapshot passed is not the one the evaluation names")
+        now = _now()
+        return self._run(lambda tx: write_evaluation(tx, record, snapshot, now))
+
+    def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
+        """Insert the outcome if its event id is new and link it to its trace's evaluations.
+
+        ``linked`` lists the evaluations this call linked; a re-sent event id links nothing.
+        """
+        now = _now()
+        return self._run(lambda tx: write_outcome(tx, outcome, now))
+
+    def record_dead_letter(self, record: DeadLetterRecord) -> str:
+        """Insert a dead letter (payload bounded to 64 KiB) and return its id."""
+        # The id is chosen once, outside the retries: a retry after an ambiguous commit then
+        # finds its own row instead of adding a twin.
+        dead_letter_id = uuid.uuid4().hex
+        now = _now()
+        return self._run(lambda tx: write_dead_letter(tx, dead_letter_id, record, now)).id
+
+    def record_redrive(self, dead_letter_id: str) -> bool:
+        """Mark a dead letter re-enqueued (a new row, never an update); False if it already was."""
+        now = _now()
+        return self._run(lambda tx: write_redrive(tx, dead_letter_id, now))
+
+    def record_checkpoint(
+        self, backfill_id: str, source: str, offset: int, enqueued: int
+    ) -> Checkpoint:
+        """Append a backfill checkpoint: ``source`` read up to ``offset``, ``enqueued`` sent."""
+        checkpoint = Checkpoint(
+            backfill_id=backfill_id,
+            source=source,
+            position=offset,
+            enqueued=enqueued,
+            recorded_at=_now(),
+        )
+        self._run(lambda tx: write_checkpoint(tx, checkpoint))
+        return checkpoint
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def get_snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
+        """The snapshot's content (hash re-verified), or None."""
+        return self._run(lambda tx: snapshot(tx, snapshot_id), write=False)
+
+    def get_evaluation(self, evaluation_id: str) -> StoredEvaluation | None:
+        """The evaluation by id, or None."""
+        return self._run(lambda tx: stored_evaluation(tx, evaluation_id), write=False)
+
+    def find_evaluation(
+        self, snapshot_id: str, metric_set_version: str, run: str = ""
+    ) -> StoredEvaluation | None:
+        """The evaluation of this snapshot under this metric-set version (and run), or None."""
+        return self.get_evaluation(evaluation_id_for(snapshot_id, metric_set_version, run))
+
+    def links_for_evaluation(self, evaluation_id: str) -> tuple[OutcomeLink, ...]:
+        """Outcomes linked to the evaluation, in arrival order."""
+        return self._run(lambda tx: links(tx, evaluation_id), write=False)
+
+    def pending_outcomes(self, evaluation_id: str) -> tuple[str, ...]:
+        """The evaluation's outcome criteria that no linked outcome has answered yet."""
+        return self._run(lambda tx: pending_criteria(tx, evaluation_id), write=False)
+
+    def open_dead_letters(
+        self, reason: str | None = None, limit: int | None = None
+    ) -> tuple[DeadLetter, ...]:
+        """Dead letters without a redrive, oldest first, optionally of one reason code."""
+        return self._run(lambda tx: open_dead_letters(tx, reason, limit), write=False)
+
+    def latest_checkpoint(self, backfill_id: str, source: str) -> Checkpoint | None:
+        """The most recent checkpoint of one backfill source, or None."""
+        return self._run(lambda tx: latest_checkpoint(tx, backfill_id, source), write=False)
+
+    def count_snapshots(self) -> int:
+        """Distinct snapshot ids recorded."""
+        return self._run(lambda tx: count_rows(tx, "snapshots"), write=False)
+
+    def count_evaluations(self) -> int:
+        """Evaluation records (re-evaluations and re-runs included)."""
+        return self._run(lambda tx: count_rows(tx, "evaluations"), write=False)
+
+    def metric_counts(self) -> MetricCounts:
+        """``{metric_id: {"by_status": {status: n}, "by_reason": {reason: n}}}``."""
+        return self._run(metric_counts, write=False)
+
+    def iter_results(
+        self, *, metric_set_version: str | None = None, page_size: int = 500
+    ) -> Iterator[ResultRow]:
+        """Every metric result in recording order, fetched in short read transactions."""
+        cursor: tuple[int, int] | None = (0, -1)
+        while cursor is not None:
+            fetch = partial(
+                result_page, after=cursor, metric_set_version=metric_set_version, limit=page_size
+            )
+            page, cursor = self._run(fetch, write=False)
+            yield from page
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close this process's connections."""
+        self._backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_store(
+    url: str,
+    *,
+    migrate: bool = True,
+    pool_max_size: int = 4,
+    busy_timeout_s: float = 5.0,
+    connect_timeout_s: float = 10.0,
+    lock_timeout_s: float = 10.0,
+    retry_attempts: int = 5,
+    retry_timeout_s: float = 30.0,
+) -> Store:
+    """Open the store at ``url`` (``EVALQ_STORE_URL``) and create its schema if needed.
+
+    ``sqlite:///relative.db`` and ``sqlite:////absolute/path.db`` open a SQLite file (WAL);
+    ``postgresql://…`` (or ``postgres://…``) a psycopg pool of at most ``pool_max_size``
+    connections per process. Anything else raises ``ValueError`` naming ``EVALQ_STORE_URL``.
+    Connections open lazily and again after a fork, so opening before forking is safe.
+    """
+    target = parse_store_url(url)
+    backend: Backend
+    if isinstance(target, PostgresTarget):
+        backend = PostgresBackend(
+            target.conninfo,
+            pool_max_size=pool_max_size,
+            connect_timeout_s=connect_timeout_s,
+            lock_timeout_s=lock_timeout_s,
+        )
+    else:
+        backend = SqliteBackend(target.path, busy_timeout_s=busy_timeout_s)
+    store = Store(backend, retry_attempts=retry_attempts, retry_timeout_s=retry_timeout_s)
+    if migrate:
+        try:
+            store.migrate()
+        except BaseException:
+            store.close()
+            raise
+    return store

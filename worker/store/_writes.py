@@ -1,0 +1,313 @@
+"""Write transactions. Every statement is an INSERT (most of them insert-if-absent).
+
+Evaluations and outcomes of one trace serialize on a per-trace lock (a PostgreSQL advisory lock;
+SQLite's single writer already does it). Without it, an outcome and an evaluation committed at
+the same moment under READ COMMITTED would each miss the other and never be linked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from worker._json import canonical_json
+
+from ._backends import Tx
+from ._errors import PermanentStoreError
+from ._records import (
+    Checkpoint,
+    DeadLetterRecord,
+    EvaluationRecord,
+    OutcomeRecord,
+    OutcomeWritten,
+    SnapshotRecord,
+    Written,
+)
+
+__all__ = [
+    "PAYLOAD_LIMIT_BYTES",
+    "write_checkpoint",
+    "write_dead_letter",
+    "write_evaluation",
+    "write_outcome",
+    "write_redrive",
+    "write_snapshot",
+]
+
+PAYLOAD_LIMIT_BYTES = 64 * 1024
+"""Dead letters keep at most this many bytes of the raw payload (plus its size and sha256)."""
+
+
+def _trace_key(trace_id: str) -> str:
+    return f"evalq.trace\x1f{trace_id}"
+
+
+# --- snapshots -------------------------------------------------------------------------------
+
+_INSERT_SNAPSHOT = """INSERT INTO snapshots (snapshot_id, schema_version, trace_id, session_id,
+    unit_kind, unit_event_id, window_rule, cutoff_event_id, cutoff_time, agent_version,
+    environment, tool, sampling_lane, sampling_rate, sampling_weight, sampling_rule, metric_set,
+    created_at)
+VALUES (:snapshot_id, :schema_version, :trace_id, :session_id, :unit_kind, :unit_event_id,
+    :window_rule, :cutoff_event_id, :cutoff_time, :agent_version, :environment, :tool,
+    :sampling_lane, :sampling_rate, :sampling_weight, :sampling_rule, :metric_set, :now)
+ON CONFLICT DO NOTHING"""
+
+_INSERT_CONTENT = """INSERT INTO snapshot_contents (snapshot_id, content)
+VALUES (:snapshot_id, :content) ON CONFLICT DO NOTHING"""
+
+
+def _snapshot_params(snapshot: SnapshotRecord, now: datetime) -> dict[str, Any]:
+    m = snapshot.meta
+    return {
+        "snapshot_id": snapshot.snapshot_id,
+        "schema_version": m.schema_version,
+        "trace_id": m.trace_id,
+        "session_id": m.session_id,
+        "unit_kind": m.unit.kind,
+        "unit_event_id": m.unit.event_id,
+        "window_rule": m.window.rule,
+        "cutoff_event_id": m.window.cutoff_event_id,
+        "cutoff_time": m.window.cutoff_time,
+        "agent_version": m.slice.agent_version,
+        "environment": m.slice.environment,
+        "tool": m.slice.tool,
+        "sampling_lane": m.sampling.lane,
+        "sampling_rate": m.sampling.rate,
+        "sampling_weight": m.sampling.weight,
+        "sampling_rule": m.sampling.rule,
+        "metric_set": m.metric_set,
+        "now": now,
+    }
+
+
+def write_snapshot(tx: Tx, snapshot: SnapshotRecord, now: datetime) -> bool:
+    """Insert the snapshot and its content if absent; return whether the snapshot is new."""
+    created = tx.run(_INSERT_SNAPSHOT, _snapshot_params(snapshot, now)) == 1
+    params = {"snapshot_id": snapshot.snapshot_id, "content": snapshot.canonical_text}
+    tx.run(_INSERT_CONTENT, params)
+    return created
+
+
+# --- evaluations -----------------------------------------------------------------------------
+
+
+class _Facts(NamedTuple):
+    # Copied verbatim from the snapshot row into every evaluation and result row.
+    trace_id: str
+    unit_event_id: str | None
+    window_rule: str
+    cutoff_event_id: str
+    cutoff_time: Any
+
+
+def _facts(tx: Tx, snapshot_id: str) -> _Facts:
+    rows = tx.rows(
+        """SELECT trace_id, unit_event_id, window_rule, cutoff_event_id, cutoff_time
+        FROM snapshots WHERE snapshot_id = :snapshot_id""",
+        {"snapshot_id": snapshot_id},
+    )
+    if not rows:
+        raise PermanentStoreError("UNKNOWN_SNAPSHOT", "record the snapshot first")
+    return _Facts(*rows[0])
+
+
+def _previous(tx: Tx, snapshot_id: str) -> str | None:
+    rows = tx.rows(
+        """SELECT evaluation_id FROM evaluations WHERE snapshot_id = :snapshot_id
+        ORDER BY seq DESC LIMIT 1""",
+        {"snapshot_id": snapshot_id},
+    )
+    return str(rows[0][0]) if rows else None
+
+
+_INSERT_EVALUATION = """INSERT INTO evaluations (evaluation_id, snapshot_id, trace_id, metric_set,
+    metric_set_version, run, judge_kind, judge_model, synthetic, requests, usage, elapsed_s,
+    window_rule, cutoff_event_id, cutoff_time, lane, previous_evaluation_id, created_at)
+VALUES (:evaluation_id, :snapshot_id, :trace_id, :metric_set, :metric_set_version, :run,
+    :judge_kind, :judge_model, :synthetic, :requests, :usage, :elapsed_s, :window_rule,
+    :cutoff_event_id, :cutoff_time, :lane, :previous_evaluation_id, :now)
+ON CONFLICT DO NOTHING"""
+
+
+_EVALUATION_FIELDS = {
+    *("snapshot_id", "metric_set", "metric_set_version", "run", "judge_kind", "judge_model"),
+    *("synthetic", "requests", "elapsed_s", "lane"),
+}
+
+
+def _window(facts: _Facts) -> dict[str, Any]:
+    return {
+        "window_rule": facts.window_rule,
+        "cutoff_event_id": facts.cutoff_event_id,
+        "cutoff_time": facts.cutoff_time,
+    }
+
+
+def _insert_evaluation(tx: Tx, record: EvaluationRecord, facts: _Facts, now: datetime) -> bool:
+    params = {
+        **record.model_dump(include=_EVALUATION_FIELDS),
+        **_window(facts),
+        "evaluation_id": record.evaluation_id,
+        "trace_id": facts.trace_id,
+        "usage": canonical_json([u.model_dump(mode="json") for u in record.usage]),
+        "previous_evaluation_id": _previous(tx, record.snapshot_id),
+        "now": now,
+    }
+    return tx.run(_INSERT_EVALUATION, params) == 1
+
+
+_INSERT_RESULT = """INSERT INTO metric_results (evaluation_id, position, metric_id, metric_version,
+    status, reason, score, passed, label, evidence, judge_model, question_ids, window_rule,
+    cutoff_event_id, cutoff_time)
+VALUES (:evaluation_id, :position, :metric_id, :metric_version, :status, :reason, :score,
+    :passed, :label, :evidence, :judge_model, :question_ids, :window_rule, :cutoff_event_id,
+    :cutoff_time)"""
+
+
+def _insert_results(tx: Tx, record: EvaluationRecord, facts: _Facts) -> None:
+    window = _window(facts)
+    rows = [
+        {
+            **result.model_dump(exclude={"evidence", "question_ids"}),
+            **window,
+            "evaluation_id": record.evaluation_id,
+            "position": position,
+            "status": str(result.status),
+            "evidence": canonical_json(result.evidence),
+            "question_ids": canonical_json(result.question_ids),
+        }
+        for position, result in enumerate(record.results)
+    ]
+    if rows:
+        tx.run_many(_INSERT_RESULT, rows)
+
+
+def _insert_criteria(tx: Tx, record: EvaluationRecord) -> None:
+    rows = [
+        {"evaluation_id": record.evaluation_id, "criterion": c} for c in record.outcome_criteria
+    ]
+    if rows:
+        tx.run_many(
+            "INSERT INTO pending_outcomes (evaluation_id, criterion)"
+            " VALUES (:evaluation_id, :criterion)",
+            rows,
+        )
+
+
+_LINK_EARLIER_OUTCOMES = """INSERT INTO outcome_links (outcome_event_id, evaluation_id, linked_at)
+SELECT event_id, CAST(:evaluation_id AS TEXT), :now FROM outcomes
+WHERE trace_id = :trace_id AND (unit_event_id IS NULL OR unit_event_id = :unit_event_id)
+ON CONFLICT DO NOTHING"""
+
+
+def _link_earlier_outcomes(tx: Tx, evaluation_id: str, facts: _Facts, now: datetime) -> None:
+    params = {
+        "evaluation_id": evaluation_id,
+        "now": now,
+        "trace_id": facts.trace_id,
+        "unit_event_id": facts.unit_event_id,
+    }
+    tx.run(_LINK_EARLIER_OUTCOMES, params)
+
+
+def write_evaluation(
+    tx: Tx, record: EvaluationRecord, snapshot: SnapshotRecord | None, now: datetime
+) -> Written:
+    """Insert the evaluation with its results, criteria and links, unless it exists."""
+    if snapshot is not None:
+        tx.lock(_trace_key(snapshot.meta.trace_id))
+        write_snapshot(tx, snapshot, now)
+    facts = _facts(tx, record.snapshot_id)
+    if snapshot is None:
+        tx.lock(_trace_key(facts.trace_id))
+    if not _insert_evaluation(tx, record, facts, now):
+        return Written(record.evaluation_id, created=False)
+    _insert_results(tx, record, facts)
+    _insert_criteria(tx, record)
+    _link_earlier_outcomes(tx, record.evaluation_id, facts, now)
+    return Written(record.evaluation_id, created=True)
+
+
+# --- outcomes --------------------------------------------------------------------------------
+
+_INSERT_OUTCOME = """INSERT INTO outcomes (event_id, trace_id, session_id, unit_event_id, name,
+    value, observed_at, received_at)
+VALUES (:event_id, :trace_id, :session_id, :unit_event_id, :name, :value, :observed_at, :now)
+ON CONFLICT DO NOTHING"""
+
+_EVALUATIONS_OF_UNIT = """SELECT e.evaluation_id FROM evaluations e
+JOIN snapshots s ON s.snapshot_id = e.snapshot_id
+WHERE e.trace_id = :trace_id
+    AND (CAST(:unit_event_id AS TEXT) IS NULL OR s.unit_event_id = :unit_event_id)
+ORDER BY e.seq"""
+
+_INSERT_LINK = """INSERT INTO outcome_links (outcome_event_id, evaluation_id, linked_at)
+VALUES (:event_id, :evaluation_id, :now) ON CONFLICT DO NOTHING"""
+
+
+def write_outcome(tx: Tx, outcome: OutcomeRecord, now: datetime) -> OutcomeWritten:
+    """Insert the outcome if its event id is new and link it to its trace's evaluations."""
+    tx.lock(_trace_key(outcome.trace_id))
+    params = {
+        **outcome.model_dump(exclude={"value"}),
+        "value": canonical_json(outcome.value),
+        "now": now,
+    }
+    if tx.run(_INSERT_OUTCOME, params) == 0:
+        return OutcomeWritten(created=False, linked=())
+    unit = {"trace_id": outcome.trace_id, "unit_event_id": outcome.unit_event_id}
+    linked = tuple(str(eid) for (eid,) in tx.rows(_EVALUATIONS_OF_UNIT, unit))
+    links = [{"event_id": outcome.event_id, "evaluation_id": e, "now": now} for e in linked]
+    if links:
+        tx.run_many(_INSERT_LINK, links)
+    return OutcomeWritten(created=True, linked=linked)
+
+
+# --- dead letters, redrives, checkpoints -----------------------------------------------------
+
+_INSERT_DEAD_LETTER = """INSERT INTO dead_letters (dead_letter_id, received_at, reason, task,
+    lane, payload, payload_size, payload_sha256, truncated)
+VALUES (:dead_letter_id, :now, :reason, :task, :lane, :payload, :payload_size, :payload_sha256,
+    :truncated)
+ON CONFLICT DO NOTHING"""
+
+
+def write_dead_letter(
+    tx: Tx, dead_letter_id: str, record: DeadLetterRecord, now: datetime
+) -> Written:
+    """Insert a dead letter with its payload cut to :data:`PAYLOAD_LIMIT_BYTES`."""
+    payload = record.payload
+    params = {
+        **record.model_dump(include={"reason", "task", "lane"}),
+        "dead_letter_id": dead_letter_id,
+        "now": now,
+        "payload": payload[:PAYLOAD_LIMIT_BYTES],
+        "payload_size": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "truncated": len(payload) > PAYLOAD_LIMIT_BYTES,
+    }
+    return Written(dead_letter_id, created=tx.run(_INSERT_DEAD_LETTER, params) == 1)
+
+
+def write_redrive(tx: Tx, dead_letter_id: str, now: datetime) -> bool:
+    """Record that a dead letter was re-enqueued; False if it already was."""
+    known = tx.rows("SELECT 1 FROM dead_letters WHERE dead_letter_id = :id", {"id": dead_letter_id})
+    if not known:
+        raise PermanentStoreError("UNKNOWN_DEAD_LETTER")
+    inserted = tx.run(
+        "INSERT INTO redrives (dead_letter_id, redriven_at) VALUES (:id, :now)"
+        " ON CONFLICT DO NOTHING",
+        {"id": dead_letter_id, "now": now},
+    )
+    return inserted == 1
+
+
+def write_checkpoint(tx: Tx, checkpoint: Checkpoint) -> None:
+    """Append one backfill checkpoint."""
+    tx.run(
+        """INSERT INTO backfill_checkpoints (backfill_id, source, position, enqueued, recorded_at)
+        VALUES (:backfill_id, :source, :position, :enqueued, :recorded_at)""",
+        checkpoint.model_dump(),
+    )

@@ -1,0 +1,431 @@
+"""The two Celery tasks, by stable name. Bodies are thin: decode → check window → evaluate → record.
+
+``evalq.evaluate`` takes ONE positional argument: a snapshot wire dict (``Snapshot.wire()``), or a
+list of them (a backfill batch of at most ``EVALQ_BATCH_SIZE``). The snapshots of a batch are
+evaluated concurrently on the process loop, each with its own budget, and each is recorded on its
+own. ``evalq.outcome`` takes ONE positional argument: an ``OutcomeEvent.wire()`` dict.
+
+What happens to a message:
+
+- It does not decode or validate → a dead-letter record with a reason code and the raw item
+  (bounded by the store), then acked: never retried forever, never lost. ``evalq redrive``
+  re-enqueues it after a fix. Codes: ``BAD_ARGUMENTS``, ``SCHEMA_INVALID``,
+  ``UNSUPPORTED_SCHEMA_VERSION``, ``PAYLOAD_TOO_LARGE``, ``BATCH_TOO_LARGE``, ``WINDOW_VIOLATION``,
+  ``TRACE_INVALID``, ``UNKNOWN_METRIC_SET``, ``INTERNAL_ERROR`` (a bug; the item is kept).
+- Its snapshot already has an evaluation for this metric-set version → nothing new is written.
+- Otherwise the engine evaluates it and the store records it (idempotently: a duplicate delivery
+  racing this one writes nothing new). Every stored result repeats the window rule and cutoff
+  (the store copies them from the snapshot); records of the synthetic judge say ``synthetic``.
+- The store cannot write right now (after its own bounded retries) → the message is rejected
+  with requeue: it stays with the broker and is tried again, never acked unrecorded.
+
+Logs carry reason codes and snapshot ids, never exception text, keys or content.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery, Task
+from celery.exceptions import Reject
+from pydantic import ValidationError
+
+from producer.snapshot import (
+    ENQUEUED_AT_HEADER,
+    EVALUATE_TASK,
+    LANE_QUEUES,
+    OUTCOME_TASK,
+    SCHEMA_VERSION,
+    Lane,
+    OutcomeEvent,
+    Snapshot,
+    WindowViolation,
+)
+from worker import metrics, runtime
+from worker._json import canonical_json
+from worker.evaluation import Reason, Report, Status, Trace
+from worker.metric_sets import MetricSet, UnknownMetricSetError
+from worker.runtime import Runtime
+from worker.store import (
+    DeadLetterRecord,
+    EvaluationRecord,
+    MetricResultRecord,
+    OutcomeRecord,
+    RequestUsage,
+    SnapshotRecord,
+    StoreError,
+    TransientStoreError,
+)
+
+__all__ = ["MAX_ITEM_BYTES", "DeadLetterReason", "register"]
+
+_log = logging.getLogger(__name__)
+MAX_ITEM_BYTES = 4 * 1024 * 1024
+"""Largest snapshot or outcome (canonical JSON) a worker accepts; larger is PAYLOAD_TOO_LARGE."""
+_LANE_OF_QUEUE = {queue: lane for lane, queue in LANE_QUEUES.items()}
+_JUDGED_REASONS = frozenset(
+    {Reason.INVALID_RESPONSE, Reason.BACKEND_ERROR, Reason.REDUCE_ERROR, Reason.TIMEOUT}
+)
+_NO_ANSWER_REASONS = frozenset({Reason.BACKEND_ERROR, Reason.TIMEOUT})
+
+
+class DeadLetterReason:
+    """Reason codes of dead letters written by the task bodies."""
+
+    BAD_ARGUMENTS = "BAD_ARGUMENTS"
+    SCHEMA_INVALID = "SCHEMA_INVALID"
+    UNSUPPORTED_SCHEMA_VERSION = "UNSUPPORTED_SCHEMA_VERSION"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
+    WINDOW_VIOLATION = "WINDOW_VIOLATION"
+    TRACE_INVALID = "TRACE_INVALID"
+    UNKNOWN_METRIC_SET = "UNKNOWN_METRIC_SET"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+class _RefusedError(Exception):
+    """An item that cannot be evaluated; becomes a dead letter with ``code``."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+# --- decoding ----------------------------------------------------------------------------------
+
+
+def _one_argument(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    if len(args) != 1 or kwargs:
+        raise _RefusedError(DeadLetterReason.BAD_ARGUMENTS)
+    return args[0]
+
+
+def _check_size(item: Any) -> None:
+    try:
+        size = len(canonical_json(item).encode("utf-8"))
+    except ValueError:
+        raise _RefusedError(DeadLetterReason.SCHEMA_INVALID) from None
+    if size > MAX_ITEM_BYTES:
+        raise _RefusedError(DeadLetterReason.PAYLOAD_TOO_LARGE)
+
+
+def _schema_code(item: Any) -> str:
+    version = item.get("schema_version") if isinstance(item, Mapping) else None
+    if version is not None and version != SCHEMA_VERSION:
+        return DeadLetterReason.UNSUPPORTED_SCHEMA_VERSION
+    return DeadLetterReason.SCHEMA_INVALID
+
+
+def decode_snapshot(item: Any) -> Snapshot:
+    """Validate one queued item as a :class:`Snapshot` (``_RefusedError`` with a code otherwise)."""
+    _check_size(item)
+    try:
+        return Snapshot.model_validate(item)
+    except ValidationError:
+        raise _RefusedError(_schema_code(item)) from None
+
+
+def decode_outcome(item: Any) -> OutcomeEvent:
+    """Validate one queued item as an :class:`OutcomeEvent`."""
+    _check_size(item)
+    try:
+        return OutcomeEvent.model_validate(item)
+    except ValidationError:
+        raise _RefusedError(_schema_code(item)) from None
+
+
+def _project(snapshot: Snapshot) -> Trace:
+    try:
+        return snapshot.trace()
+    except WindowViolation:
+        raise _RefusedError(DeadLetterReason.WINDOW_VIOLATION) from None
+    except ValueError:
+        raise _RefusedError(DeadLetterReason.TRACE_INVALID) from None
+
+
+# --- records -----------------------------------------------------------------------------------
+
+
+def _raw(item: Any) -> bytes:
+    try:
+        return canonical_json(item).encode("utf-8")
+    except ValueError:
+        return repr(type(item)).encode("utf-8")  # not JSON: only its type is worth keeping
+
+
+def _dead_letter(rt: Runtime, code: str, task: str, lane: Lane | None, item: Any) -> None:
+    record = DeadLetterRecord(
+        reason=code, task=task, lane=lane.value if lane else None, payload=_raw(item)
+    )
+    rt.store.record_dead_letter(record)
+    metrics.observe_dead_letter(code, lane.value if lane else metrics.OTHER)
+    _log.warning("dead letter: %s (%s)", code, task)
+
+
+def _question_ids(metric: Any, trace: Trace, status: Status, reason: str) -> tuple[str, ...]:
+    judged = status in (Status.DECIDED, Status.INCONCLUSIVE) or reason in _JUDGED_REASONS
+    if not judged:
+        return ()
+    try:  # deterministic by contract; recomputed because the report does not carry them
+        return tuple(f"{metric.id}.{qid}" for qid in metric.questions(trace))
+    except Exception:  # noqa: BLE001 - a metric that failed planning asked nothing
+        return ()
+
+
+def _answering_model(report: Report, configured: str | None) -> str | None:
+    models = {u.model for u in report.usage if u.model}
+    return models.pop() if len(models) == 1 else configured
+
+
+def _results(
+    report: Report, metric_set: MetricSet, trace: Trace, model: str | None
+) -> tuple[MetricResultRecord, ...]:
+    by_id = {m.id: m for m in metric_set.metrics}
+    rows = []
+    for entry in report.results:
+        result = entry.result
+        qids = _question_ids(by_id[entry.id], trace, result.status, result.reason)
+        answered = bool(qids) and result.reason not in _NO_ANSWER_REASONS
+        rows.append(
+            MetricResultRecord(
+                metric_id=entry.id,
+                metric_version=entry.version,
+                status=result.status.value,
+                reason=result.reason,
+                score=result.score,
+                passed=result.passed,
+                label=result.label,
+                evidence=result.evidence,
+                judge_model=model if answered else None,
+                question_ids=qids,
+            )
+        )
+    return tuple(rows)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One accepted snapshot of a message and its evaluation in flight."""
+
+    snapshot: Snapshot
+    trace: Trace
+    metric_set: MetricSet
+    future: concurrent.futures.Future[runtime.Outcome]
+
+
+def _evaluation_record(
+    rt: Runtime, job: _Job, report: Report, lane: Lane | None, elapsed_s: float
+) -> EvaluationRecord:
+    settings = rt.settings
+    model = _answering_model(report, rt.judge_model)
+    return EvaluationRecord(
+        snapshot_id=job.snapshot.snapshot_id,
+        metric_set=job.metric_set.name,
+        metric_set_version=job.metric_set.version,
+        judge_kind=settings.judge.value,
+        judge_model=model,
+        synthetic=settings.judge.value == "synthetic",
+        requests=report.requests,
+        usage=tuple(
+            RequestUsage(model=u.model, usage=u.usage.model_dump(mode="json") if u.usage else None)
+            for u in report.usage
+        ),
+        elapsed_s=elapsed_s,
+        lane=(lane or job.snapshot.sampling.lane).value,
+        results=_results(report, job.metric_set, job.trace, model),
+        outcome_criteria=settings.outcome_criteria,
+    )
+
+
+# --- the evaluate task -------------------------------------------------------------------------
+
+
+def _runtime_of(task: Task[Any, Any]) -> Runtime:
+    """This process's runtime (built from the settings of the app that runs ``task``).
+
+    If it cannot be built now (store unreachable, say) the message goes back to the broker.
+    """
+    try:
+        return runtime.current(getattr(task.app, "settings", None))
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the message must not be lost
+        code = getattr(exc, "code", type(exc).__name__)
+        _log.error("worker runtime unavailable (%s); message requeued", code)
+        raise Reject("RUNTIME_UNAVAILABLE", requeue=True) from None
+
+
+def _delivery_lane(task: Task[Any, Any]) -> Lane | None:
+    info = getattr(task.request, "delivery_info", None) or {}
+    queue = info.get("routing_key") or info.get("queue")
+    return _LANE_OF_QUEUE.get(queue) if isinstance(queue, str) else None
+
+
+def _observe_queue_wait(task: Task[Any, Any], lane: Lane | None) -> None:
+    headers = getattr(task.request, "headers", None) or {}
+    stamp = headers.get(ENQUEUED_AT_HEADER) if isinstance(headers, Mapping) else None
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool) and lane is not None:
+        metrics.observe_queue_wait(lane.value, time.time() - float(stamp))
+
+
+def _items(rt: Runtime, payload: Any) -> list[Any]:
+    items = payload if isinstance(payload, list) else [payload]
+    if not items:
+        raise _RefusedError(DeadLetterReason.BAD_ARGUMENTS)
+    if len(items) > rt.settings.batch_size:
+        raise _RefusedError(DeadLetterReason.BATCH_TOO_LARGE)
+    return items
+
+
+def _accept(rt: Runtime, item: Any, lane: Lane | None) -> _Job | None:
+    """Decode, check the window, skip if done, and start the evaluation (None = skipped)."""
+    snapshot = decode_snapshot(item)
+    trace = _project(snapshot)
+    try:
+        metric_set, _ = rt.metric_set(snapshot.metric_set)
+    except UnknownMetricSetError:
+        raise _RefusedError(DeadLetterReason.UNKNOWN_METRIC_SET) from None
+    if rt.store.find_evaluation(snapshot.snapshot_id, metric_set.version) is not None:
+        _log.info("already evaluated: %s %s", snapshot.snapshot_id[:16], metric_set.version)
+        metrics.observe_duplicate((lane or snapshot.sampling.lane).value)
+        return None
+    future = rt.submit(trace, metric_set.name)
+    return _Job(snapshot, trace, metric_set, future)
+
+
+def _start_all(rt: Runtime, items: list[Any], lane: Lane | None) -> list[_Job]:
+    jobs = []
+    for item in items:
+        try:
+            job = _accept(rt, item, lane)
+        except _RefusedError as refused:
+            _dead_letter(rt, refused.code, EVALUATE_TASK, lane, item)
+            continue
+        if job is not None:
+            jobs.append(job)
+    return jobs
+
+
+def _finish(rt: Runtime, job: _Job, lane: Lane | None, task_started_s: float) -> None:
+    if job.future.done() and not job.future.cancelled():
+        outcome = job.future.result()
+        report, started_s = outcome.report, outcome.started_s
+    else:
+        # The task-side backstop: the loop did not deliver in time. Record, never drop.
+        job.future.cancel()
+        _log.warning("task backstop: %s for %s", Reason.TIMEOUT, job.snapshot.snapshot_id[:16])
+        started_s = task_started_s
+        report = runtime.timeout_report(job.trace.id, job.metric_set, 0.0)
+    # elapsed_s runs from the evaluation's start (its budget's start) to the hand-over of the
+    # record, so the stored value bounds "recorded within budget + margin" honestly.
+    elapsed_s = time.monotonic() - started_s
+    record = _evaluation_record(rt, job, report, lane, elapsed_s)
+    snapshot = SnapshotRecord(content=job.snapshot.wire())
+    written = rt.store.record_evaluation(record, snapshot)
+    if written.created:
+        metrics.observe_report(record.lane, report)
+    else:
+        metrics.observe_duplicate(record.lane)
+    _log.info(
+        "evaluation %s: %s (%s)",
+        "recorded" if written.created else "already recorded",
+        job.snapshot.snapshot_id[:16],
+        job.metric_set.version,
+    )
+
+
+def _evaluate_items(rt: Runtime, items: list[Any], lane: Lane | None) -> None:
+    started = time.monotonic()
+    jobs = _start_all(rt, items, lane)
+    if not jobs:
+        return
+    backstop_s = rt.settings.longest_task_s
+    concurrent.futures.wait([j.future for j in jobs], timeout=backstop_s)
+    for job in jobs:
+        _finish(rt, job, lane, started)
+
+
+def _guarded(
+    rt: Runtime, task_name: str, lane: Lane | None, payload: Any, work: Callable[[], None]
+) -> None:
+    """Run ``work``; map store trouble to requeue and bugs to an INTERNAL_ERROR dead letter."""
+    try:
+        work()
+    except TransientStoreError as exc:
+        _log.error("store unavailable: %s; message requeued", exc.code)
+        raise Reject(exc.code, requeue=True) from None
+    except _RefusedError as refused:
+        _store_or_requeue(rt, refused.code, task_name, lane, payload)
+    except StoreError as exc:
+        _log.error("store refused a write: %s", exc.code)
+        _store_or_requeue(rt, DeadLetterReason.INTERNAL_ERROR, task_name, lane, payload)
+    except Exception as exc:  # noqa: BLE001 - a bug must not ack the message away unrecorded
+        _log.error("task failed: %s (%s)", DeadLetterReason.INTERNAL_ERROR, type(exc).__name__)
+        _store_or_requeue(rt, DeadLetterReason.INTERNAL_ERROR, task_name, lane, payload)
+
+
+def _store_or_requeue(
+    rt: Runtime, code: str, task_name: str, lane: Lane | None, payload: Any
+) -> None:
+    try:
+        _dead_letter(rt, code, task_name, lane, payload)
+    except StoreError as exc:
+        _log.error("dead letter not recorded: %s (%s); message requeued", code, exc.code)
+        raise Reject(exc.code, requeue=True) from None
+
+
+def evaluate(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
+    """``evalq.evaluate``: one snapshot dict, or a list of them (a backfill batch)."""
+    rt = _runtime_of(task)
+    lane = _delivery_lane(task)
+    _observe_queue_wait(task, lane)
+    payload = args[0] if len(args) == 1 else {"args": list(args), "kwargs": kwargs}
+
+    def work() -> None:
+        _evaluate_items(rt, _items(rt, _one_argument(args, kwargs)), lane)
+
+    _guarded(rt, EVALUATE_TASK, lane, payload, work)
+
+
+# --- the outcome task --------------------------------------------------------------------------
+
+
+def _outcome_record(event: OutcomeEvent) -> OutcomeRecord:
+    fields = event.model_dump(mode="json", exclude={"schema_version"})
+    return OutcomeRecord.model_validate(fields)
+
+
+def outcome(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
+    """``evalq.outcome``: one OutcomeEvent dict; stored once and linked by the store."""
+    rt = _runtime_of(task)
+    lane = _delivery_lane(task)
+    _observe_queue_wait(task, lane)
+    payload = args[0] if len(args) == 1 else {"args": list(args), "kwargs": kwargs}
+
+    def work() -> None:
+        event = decode_outcome(_one_argument(args, kwargs))
+        written = rt.store.record_outcome(_outcome_record(event))
+        _log.info(
+            "outcome %s: linked to %d evaluation(s)",
+            "recorded" if written.created else "already recorded",
+            len(written.linked),
+        )
+
+    _guarded(rt, OUTCOME_TASK, lane, payload, work)
+
+
+def register(app: Celery) -> None:
+    """Register both tasks on ``app`` under their stable names."""
+    for name, body in ((EVALUATE_TASK, evaluate), (OUTCOME_TASK, outcome)):
+        # typing=False: arguments are checked in the body, so bad ones become dead letters.
+        app.task(
+            name=name,
+            bind=True,
+            acks_late=True,
+            reject_on_worker_lost=True,
+            ignore_result=True,
+            typing=False,
+        )(body)
