@@ -515,6 +515,10 @@ def run_backfill(
     if resume is not None and resume.startswith("bf-") and resume != computed:
         raise ValueError("resume id does not match these paths and options (BACKFILL_MISMATCH)")
     chosen = resume or backfill_id or computed
+    if resume is not None and store is not None and not _has_checkpoints(store, resume, sources):
+        # A mistyped custom id would otherwise restart under a new rule: new snapshot ids, so
+        # everything would be evaluated a second time.
+        raise ValueError("no checkpoints for this backfill id and these paths (UNKNOWN_BACKFILL)")
     opts = _Options(
         send=send, store=store, backfill_id=chosen, resuming=resume is not None,
         batch_size=batch_size, format=format, unit=unit, metric_set=metric_set,
@@ -524,6 +528,14 @@ def run_backfill(
         should_stop=should_stop,
     )  # fmt: skip
     return _run(opts, sources, report or ImportErrorReport())
+
+
+def _has_checkpoints(store: BackfillStore, backfill_id: str, sources: list[Path]) -> bool:
+    return any(
+        store.latest_checkpoint(backfill_id, name) is not None
+        for path in sources
+        for name in (str(path), COMPLETE_PREFIX + str(path))
+    )
 
 
 def _run(opts: _Options, sources: list[Path], report: ImportErrorReport) -> BackfillSummary:

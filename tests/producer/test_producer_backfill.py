@@ -146,12 +146,14 @@ def test_rerunning_the_same_backfill_gives_the_same_snapshot_ids(
 
 
 def test_resume_with_other_options_is_refused(tmp_path: Path, store: Store) -> None:
-    """An automatic id that does not match the paths/options cannot be resumed by mistake."""
+    """A resume id that does not match the paths/options, or has no checkpoints, is refused."""
     source = tmp_path / "traces.jsonl"
     write_lines(source, 10)
     done = run_backfill([source], lambda b: None, store)
     with pytest.raises(ValueError, match="BACKFILL_MISMATCH"):
         run_backfill([source], lambda b: None, store, unit="session", resume=done.backfill_id)
+    with pytest.raises(ValueError, match="UNKNOWN_BACKFILL"):  # a mistyped custom id
+        run_backfill([source], lambda b: None, store, resume="nightly-2025-01-0l")
 
 
 def test_directories_expand_sorted_and_skip_hidden_and_other_files(tmp_path: Path) -> None:
