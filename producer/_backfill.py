@@ -627,12 +627,17 @@ def _outcome_rejection(path: Path, line: int, exc: ValidationError) -> RejectedL
 
 
 def send_outcomes(
-    path: str | Path, send: Callable[[OutcomeEvent], object], *, keep: int = 1000
+    path: str | Path,
+    send: Callable[[OutcomeEvent], object],
+    *,
+    keep: int = 1000,
+    on_reject: Callable[[RejectedLine], object] | None = None,
 ) -> OutcomeSummary:
     """Stream a JSONL file of outcome events to ``send`` (e.g. ``Producer.outcome``).
 
     A bad line is rejected with its file, line and field (the JSON path pydantic names) and the
     rest of the file is still sent; the summary counts every rejection and keeps ``keep`` of them.
+    ``on_reject`` sees every rejection as it happens (the CLI prints one line each).
     """
     source = Path(path)
     sent, rejected = 0, 0
@@ -645,8 +650,11 @@ def send_outcomes(
                 event = OutcomeEvent.model_validate_json(text)
             except ValidationError as exc:
                 rejected += 1
+                rejection = _outcome_rejection(source, number, exc)
                 if len(examples) < keep:
-                    examples.append(_outcome_rejection(source, number, exc))
+                    examples.append(rejection)
+                if on_reject is not None:
+                    on_reject(rejection)
                 continue
             send(event)
             sent += 1

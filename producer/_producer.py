@@ -5,16 +5,26 @@ A minimal Celery app (no tasks, no result backend, JSON only) publishes to the l
 
 - ``evalq.evaluate``: one argument, a ``Snapshot.wire()`` dict — or, for batches (backfill), a
   list of at most the worker's ``EVALQ_BATCH_SIZE`` of them;
-- ``evalq.outcome``: one argument, an ``OutcomeEvent.wire()`` dict (always on the outcomes lane).
+- ``evalq.outcome``: one argument, an ``OutcomeEvent.wire()`` dict (always on the outcomes lane);
+- ``evalq.sampling_tally``: one argument, a ``SamplingTally.wire()`` dict (outcomes lane).
 
 Task events carry a short ``argsrepr`` (snapshot or event id), never the content, so Flower and
 event consumers do not copy traces around. Each message carries ``ENQUEUED_AT_HEADER`` (publish
 time) so workers and the queue exporter can measure queue wait and message age. Delivery is
 at-least-once from the broker on; the worker's idempotency makes re-sending harmless.
+
+Live apps call :meth:`Producer.submit`: an optional :class:`~producer._sampling.Sampler` decides,
+then a :class:`~producer._submitter.LiveSubmitter` (started on first use) buffers and one
+background thread sends. That thread publishes through a second Celery app whose kombu options
+give up on a dead broker within about a second (one connection attempt, no publish retry), so the
+submitter's own bounded stamina backoff is the only retry loop and ``flush``/``close`` stay
+bounded; once the broker is back the next attempt reconnects and delivers. The sampler's
+sampled-out counts are sent every ``tally_interval_s`` and at close.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
@@ -24,17 +34,21 @@ from typing import Any, Self
 from celery import Celery
 from kombu import Exchange, Queue
 
+from ._sampling import Sampler
+from ._submitter import LiveSubmitter, RetryPolicy, SubmitterStats
 from .snapshot import (
     ENQUEUED_AT_HEADER,
     EVALUATE_TASK,
     LANE_QUEUES,
     OUTCOME_TASK,
+    TALLY_TASK,
     Lane,
     OutcomeEvent,
+    SamplingTally,
     Snapshot,
 )
 
-__all__ = ["LANE_EXCHANGE", "Producer", "lane_queues"]
+__all__ = ["LANE_EXCHANGE", "Producer", "lane_queues", "live_transport_options"]
 
 LANE_EXCHANGE = "evalq"
 """One direct exchange; each lane queue is bound with its own name as routing key."""
@@ -44,6 +58,44 @@ def lane_queues() -> tuple[Queue, ...]:
     """The lane queues as kombu declares them; workers and producers both use this."""
     exchange = Exchange(LANE_EXCHANGE, type="direct", durable=True)
     return tuple(Queue(name, exchange, routing_key=name) for name in LANE_QUEUES.values())
+
+
+_LIVE_SOCKET_CAPS_S = {"socket_timeout": 5.0, "socket_connect_timeout": 1.0}
+
+
+def live_transport_options(base: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``base`` with kombu's connection retries cut to one quick attempt (live publishing).
+
+    kombu otherwise retries a refused connection inside every publish (seconds per call), which
+    would stall the flusher far beyond the submitter's own backoff. Socket timeouts, when set (the
+    Redis options), are capped so a vanished broker fails a publish in seconds, not 30.
+    """
+    options = {**(base or {}), "max_retries": 1, "interval_start": 0}
+    options |= {"interval_step": 0.05, "interval_max": 0.05}
+    for key, cap_s in _LIVE_SOCKET_CAPS_S.items():
+        if key in options:
+            options[key] = min(float(options[key]), cap_s)
+    return options
+
+
+def _celery(broker_url: str, transport_options: Mapping[str, Any], **extra: Any) -> Celery:
+    app = Celery("evalq-producer", set_as_current=False)
+    app.conf.update(
+        broker_url=broker_url,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options=dict(transport_options),
+        result_backend=None,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_send_sent_event=True,
+        task_queues=lane_queues(),
+        task_default_queue=LANE_QUEUES[Lane.LIVE],
+        task_default_exchange=LANE_EXCHANGE,
+        task_default_routing_key=LANE_QUEUES[Lane.LIVE],
+        **extra,
+    )
+    return app
 
 
 def _chunks(items: Iterable[Snapshot], size: int) -> Iterator[list[Snapshot]]:
@@ -57,30 +109,54 @@ class Producer:
 
     ``transport_options`` are kombu broker transport options (the CLI passes the same ones the
     worker uses). Use as a context manager, or call :meth:`close`.
+
+    Live options (used by :meth:`submit` only): ``sampler`` decides per trace and counts what it
+    leaves out (give it to the producer *or* to ``observe``, not both, or units are counted
+    twice); ``live_capacity`` bounds the buffer (snapshots), ``live_batch_size`` and
+    ``live_flush_interval_s`` shape the flusher's sends, ``live_retry`` bounds the backoff for one
+    batch while the broker is down, ``tally_interval_s`` paces the sampled-out counts.
     """
 
     def __init__(
-        self, broker_url: str, *, transport_options: Mapping[str, Any] | None = None
+        self,
+        broker_url: str,
+        *,
+        transport_options: Mapping[str, Any] | None = None,
+        sampler: Sampler | None = None,
+        live_capacity: int = 10_000,
+        live_batch_size: int = 100,
+        live_flush_interval_s: float = 0.05,
+        live_retry: RetryPolicy | None = None,
+        tally_interval_s: float = 60.0,
     ) -> None:
-        app = Celery("evalq-producer", set_as_current=False)
-        app.conf.update(
-            broker_url=broker_url,
-            broker_connection_retry_on_startup=True,
-            broker_transport_options=dict(transport_options or {}),
-            result_backend=None,
-            task_ignore_result=True,
-            task_serializer="json",
-            accept_content=["json"],
-            task_send_sent_event=True,
-            task_queues=lane_queues(),
-            task_default_queue=LANE_QUEUES[Lane.LIVE],
-            task_default_exchange=LANE_EXCHANGE,
-            task_default_routing_key=LANE_QUEUES[Lane.LIVE],
-        )
-        self._app = app
+        self._app = _celery(broker_url, transport_options or {})
+        self._broker_url = broker_url
+        self._transport_options = dict(transport_options or {})
+        self.sampler = sampler
+        self._live_options: dict[str, Any] = {
+            "capacity": live_capacity,
+            "batch_size": live_batch_size,
+            "flush_interval_s": live_flush_interval_s,
+            "retry": live_retry or RetryPolicy(),
+            "periodic_interval_s": tally_interval_s,
+        }
+        self._live: LiveSubmitter | None = None
+        self._live_app: Celery | None = None
+        self._live_lock = threading.Lock()
+        self._live_app_lock = threading.Lock()  # apart: building an app must not hold up submit()
+        self._closed = False
 
-    def _send(self, name: str, payload: Any, queue: str, label: str, producer: Any = None) -> None:
-        self._app.send_task(
+    def _send(
+        self,
+        name: str,
+        payload: Any,
+        queue: str,
+        label: str,
+        producer: Any = None,
+        *,
+        app: Celery | None = None,
+    ) -> None:
+        (app or self._app).send_task(
             name,
             args=(payload,),
             queue=queue,
@@ -145,8 +221,83 @@ class Producer:
         """Send an already-encoded payload by task name (``evalq redrive`` uses it)."""
         self._send(task, payload, LANE_QUEUES[Lane(lane)], f"[{task} redrive]")
 
-    def close(self) -> None:
-        """Release the broker connections."""
+    # --- live path ------------------------------------------------------------------------
+
+    def submit(self, snapshot: Snapshot) -> bool:
+        """Sample, buffer and return at once (``False``: sampled out or dropped).
+
+        Never blocks on the broker and never raises: this runs on the application's request path.
+        """
+        try:
+            # First, so tallies flow even if every unit is sampled out; lock-free once started.
+            live = self._live or self._submitter()
+            if self.sampler is not None:
+                kept = self.sampler.sample(snapshot)
+                if kept is None:
+                    return False
+                snapshot = kept
+            return live.submit(snapshot)
+        except Exception:  # noqa: BLE001 - the request path must never see our failures
+            return False
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait (bounded) until every submitted snapshot was sent or dropped (see live_stats)."""
+        live = self._live
+        return True if live is None else live.flush(timeout_s)
+
+    def live_stats(self) -> SubmitterStats | None:
+        """Counters of the live path (submitted, sent, dropped_*, pending); None before use."""
+        live = self._live
+        return None if live is None else live.stats()
+
+    def send_tally(self, tally: SamplingTally) -> None:
+        """Send sampled-out counts as ``evalq.sampling_tally`` on the outcomes lane (raises)."""
+        queue = LANE_QUEUES[Lane.OUTCOMES]
+        label = f"[tally {tally.tally_id[:16]}]"
+        self._send(TALLY_TASK, tally.wire(), queue, label, app=self._live_celery())
+
+    def _submitter(self) -> LiveSubmitter:
+        # Started on first use: a producer that only backfills or sends outcomes has no thread.
+        with self._live_lock:
+            if self._closed:
+                raise RuntimeError("producer closed")  # submit() turns this into False
+            if self._live is None:
+                periodic = self._report_tally if self.sampler is not None else None
+                self._live = LiveSubmitter(self._send_live, periodic=periodic, **self._live_options)
+            return self._live
+
+    def _live_celery(self) -> Celery:
+        with self._live_app_lock:
+            if self._live_app is None:
+                self._live_app = _celery(
+                    self._broker_url,
+                    live_transport_options(self._transport_options),
+                    task_publish_retry=False,  # the submitter's stamina backoff retries
+                    broker_connection_timeout=1,
+                )
+            return self._live_app
+
+    def _send_live(self, batch: Sequence[Snapshot]) -> None:
+        app = self._live_celery()
+        with app.producer_or_acquire() as producer:
+            for snapshot in batch:
+                queue = LANE_QUEUES[snapshot.sampling.lane]
+                label = f"[snapshot {snapshot.snapshot_id[:16]}]"
+                self._send(EVALUATE_TASK, snapshot.wire(), queue, label, producer, app=app)
+
+    def _report_tally(self) -> None:
+        if self.sampler is not None:
+            self.sampler.report(self.send_tally)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Drain the live buffer (bounded; the last tally goes too), then release connections."""
+        with self._live_lock:
+            self._closed = True
+        live = self._live
+        if live is not None:
+            live.close(timeout_s)
+        if self._live_app is not None:
+            self._live_app.close()
         self._app.close()
 
     def __enter__(self) -> Self:

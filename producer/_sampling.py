@@ -20,8 +20,9 @@ rule)`` so reports can weight estimates back to the population (Horvitz-Thompson
 
 Why counts: a report must say what was not evaluated. Producers never write records, so the
 sampler keeps per-(rule, slice) counts of seen and sampled units and hands them out as a
-:class:`SamplingTally` (a frozen wire model) that the producer sends as a task
-(:data:`TALLY_TASK`) on the outcomes lane; the worker stores it and reports sum the deltas.
+:class:`~producer.snapshot.SamplingTally` (part of the wire contract, re-exported here) that
+the producer sends as a task (:data:`TALLY_TASK`) on the outcomes lane; the worker stores it and
+reports sum the deltas.
 Each tally carries a unique ``tally_id`` so an at-least-once redelivery can be deduplicated.
 """
 
@@ -35,11 +36,19 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from .snapshot import EventType, Lane, Sampling, Snapshot
+from .snapshot import (
+    TALLY_TASK,
+    EventType,
+    Lane,
+    Sampling,
+    SamplingTally,
+    Snapshot,
+    TallyRow,
+)
 
 __all__ = [
     "DEFAULT_SALT",
@@ -56,7 +65,6 @@ __all__ = [
 ]
 
 DEFAULT_SALT = "evalq:sampling:v1"
-TALLY_TASK = "evalq.sampling_tally"
 MAX_TALLY_KEYS = 10_000
 """Distinct (rule, slice) keys kept between drains; beyond it counts go to :data:`OTHER_SLICE`."""
 OTHER_SLICE = "__other__"
@@ -138,39 +146,6 @@ class SamplingDecision:
     def weight(self) -> float:
         """Inverse-probability weight ``1/rate`` (only meaningful when sampled)."""
         return 1.0 / self.rate if self.rate > 0 else 0.0
-
-
-class TallyRow(_Frozen):
-    """Counts for one (rule, slice) since the previous tally."""
-
-    rule: str
-    rate: float
-    lane: Lane
-    agent_version: str | None = None
-    environment: str | None = None
-    tool: str | None = None
-    seen: int = Field(ge=0)
-    sampled: int = Field(ge=0)
-
-    @property
-    def sampled_out(self) -> int:
-        """Units seen but not sampled (what the report must say was not evaluated)."""
-        return self.seen - self.sampled
-
-
-class SamplingTally(_Frozen):
-    """A delta of sampling counts from one producer process, sent as :data:`TALLY_TASK`."""
-
-    schema_version: Literal[1] = 1
-    tally_id: str
-    producer: str
-    started_at: AwareDatetime
-    ended_at: AwareDatetime
-    rows: tuple[TallyRow, ...]
-
-    def wire(self) -> dict[str, Any]:
-        """Plain JSON-mode dict for the queue."""
-        return self.model_dump(mode="json")
 
 
 _Key = tuple[str, float, str | None, str | None, str | None]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -139,12 +140,71 @@ def enqueue(
         ids = producer.enqueue_many(snapshots, lane=chosen, batch_size=per_message)
     _out.print(f"enqueued {len(ids)} snapshot(s); rejected lines: {report.rejected_count}")
     for rejected in report.rejected[:20]:
-        _err.print(f"  {rejected}", highlight=False)
+        _err.print(f"  {rejected}", highlight=False, markup=False)
 
 
-@app.command()
+BackfillBatchOpt = Annotated[
+    int,
+    typer.Option(
+        "--batch-size",
+        envvar="EVALQ_BACKFILL_BATCH_SIZE",
+        min=1,
+        help="Snapshots per enqueue batch, one checkpoint each (per message: EVALQ_BATCH_SIZE)",
+    ),
+]
+MaxDepthOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-depth",
+        envvar="EVALQ_BACKFILL_MAX_DEPTH",
+        min=1,
+        help="Pause while the backfill queue holds this many messages (Redis)",
+    ),
+]
+RateOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--rate", envvar="EVALQ_BACKFILL_RATE", min=0.001, help="Max snapshots per second"
+    ),
+]
+
+
+@dataclass(frozen=True)
+class _Backfill:
+    """One ``evalq backfill`` invocation's options; ``chosen`` is the id to resume with."""
+
+    paths: list[Path]
+    chosen: str
+    resume: str | None
+    backfill_id: str | None
+    batch_size: int
+    max_depth: int
+    rate: float | None
+    fmt: str
+    unit: str
+
+
+class _Terminated(BaseException):
+    """SIGTERM during a backfill: unwind like Ctrl-C so the resume id is printed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise _Terminated(signum)
+
+
+@app.command(
+    epilog=(
+        "Exit status: 0 done; 1 done with rejected lines, or stopped by a send or store failure "
+        "(the message names the --resume id); 2 invalid options or resume id; 130/143 "
+        "interrupted by Ctrl-C/SIGTERM (--resume ID continues)."
+    )
+)
 def backfill(
-    paths: Annotated[list[Path], typer.Argument(exists=True, help="Files or directories")],
+    paths: Annotated[list[Path], typer.Argument(exists=True, readable=True, help="Files or dirs")],
     *,
     resume: Annotated[
         str | None,
@@ -152,34 +212,44 @@ def backfill(
     ] = None,
     backfill_id: Annotated[
         str | None,
-        typer.Option("--id", envvar="EVALQ_BACKFILL_ID", help="Name this backfill"),
+        typer.Option("--id", envvar="EVALQ_BACKFILL_ID", help="Backfill id (default: derived)"),
     ] = None,
-    max_queue_depth: Annotated[
-        int,
-        typer.Option(
-            "--max-queue-depth",
-            envvar="EVALQ_BACKFILL_MAX_QUEUE_DEPTH",
-            help="Pause while the backfill queue holds this many messages (Redis)",
-        ),
-    ] = 20_000,
-    rate_limit: Annotated[
-        float | None,
-        typer.Option(
-            "--rate-limit", envvar="EVALQ_BACKFILL_RATE_LIMIT", help="Snapshots per second"
-        ),
-    ] = None,
+    batch_size: BackfillBatchOpt = 500,
+    max_depth: MaxDepthOpt = 20_000,
+    rate: RateOpt = None,
     fmt: FormatOpt = "auto",
     unit: UnitOpt = "invocation",
     metric_set: Annotated[
         str | None,
         typer.Option("--metric-set", help="agent | agent+trajectory [env: EVALQ_METRIC_SET]"),
     ] = None,
-    batch_size: Annotated[
-        int | None,
-        typer.Option("--batch-size", help="Snapshots per message [env: EVALQ_BATCH_SIZE]"),
-    ] = None,
 ) -> None:
     """Stream PATHS onto the backfill lane: batched, back-pressured, resumable, with progress."""
+    from producer._backfill import backfill_id_for, expand_paths  # noqa: PLC0415 - fast --help
+
+    settings = _settings(metric_set=metric_set)
+    url = _broker(settings)
+    chosen = resume or backfill_id
+    if chosen is None:
+        sources = expand_paths(paths)
+        chosen = backfill_id_for(sources, format=fmt, unit=unit, metric_set=settings.metric_set)
+    job = _Backfill(paths, chosen, resume, backfill_id, batch_size, max_depth, rate, fmt, unit)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        summary = _run_backfill(job, settings, url)
+    except _Terminated as stop:
+        _err.print(f"terminated; continue with --resume {chosen}", highlight=False, soft_wrap=True)
+        raise typer.Exit(128 + stop.signum) from None
+    except KeyboardInterrupt:
+        _err.print(f"interrupted; continue with --resume {chosen}", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _print_backfill(summary, chosen)
+
+
+def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
+    """One backfill run with the store, the producer and the progress bar open."""
     from producer._backfill import (  # noqa: PLC0415 - fast --help
         BackfillError,
         RedisQueueDepth,
@@ -189,45 +259,70 @@ def backfill(
     )
     from worker.app import is_redis  # noqa: PLC0415
     from worker.ops import producer_for  # noqa: PLC0415
-    from worker.store import open_store  # noqa: PLC0415
+    from worker.store import StoreError, open_store  # noqa: PLC0415
 
-    settings = _settings(metric_set=metric_set, batch_size=batch_size)
-    url = _broker(settings)
     depth = RedisQueueDepth(url, LANE_QUEUES[Lane.BACKFILL]) if is_redis(url) else None
-    with open_store(settings.store_url) as store, producer_for(settings, url) as producer:
+    per_message = settings.batch_size
+    try:
+        with (
+            open_store(settings.store_url) as store,
+            producer_for(settings, url) as producer,
+            rich_progress(_out) as progress,
+        ):
+            return run_backfill(
+                job.paths,
+                lambda batch: producer.enqueue_many(
+                    batch, lane=Lane.BACKFILL, batch_size=per_message
+                ),
+                store,
+                backfill_id=job.backfill_id,
+                resume=job.resume,
+                batch_size=job.batch_size,
+                max_queue_depth=job.max_depth if depth is not None else None,
+                queue_depth=depth,
+                rate_limit_per_s=job.rate,
+                progress=progress,
+                evaluated=store_counts(store),
+                format=job.fmt,
+                unit=job.unit,
+                metric_set=settings.metric_set,
+            )
+    except (BackfillError, StoreError) as exc:
+        _err.print(
+            f"[red]backfill stopped:[/red] {exc.code}; continue with --resume {job.chosen}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1) from None
+    except ValueError as exc:  # BACKFILL_MISMATCH, UNKNOWN_BACKFILL, bad --format / --unit
+        _err.print(f"[red]invalid backfill:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    finally:
+        if depth is not None:
+            depth.close()
 
-        def send(batch: Any) -> None:
-            producer.enqueue_many(batch, lane=Lane.BACKFILL, batch_size=settings.batch_size)
 
-        try:
-            with rich_progress(_out) as progress:
-                summary = run_backfill(
-                    paths,
-                    send,
-                    store,
-                    backfill_id=backfill_id,
-                    resume=resume,
-                    max_queue_depth=max_queue_depth if depth else None,
-                    queue_depth=depth,
-                    rate_limit_per_s=rate_limit,
-                    progress=progress,
-                    evaluated=store_counts(store),
-                    format=fmt,
-                    unit=unit,
-                    metric_set=settings.metric_set,
-                )
-        except BackfillError as exc:
-            resume_id = exc.progress.backfill_id
-            _err.print(f"[red]backfill stopped:[/red] {exc.code}; resume with --resume {resume_id}")
-            raise typer.Exit(1) from None
-        finally:
-            if depth is not None:
-                depth.close()
-    done = summary.progress
+def _print_backfill(summary: Any, chosen: str) -> None:
+    p = summary.progress
+    evaluated = "?" if p.evaluated is None else p.evaluated
+    failed = "?" if p.failed is None else p.failed
     _out.print(
-        f"backfill {summary.backfill_id}: read {done.read}, enqueued {done.enqueued}, "
-        f"rejected {done.rejected}, not ready {done.not_ready}"
+        f"backfill {p.backfill_id}: read {p.read}, enqueued {p.enqueued}, "
+        f"already sent {p.skipped}, sampled out {p.sampled_out}, rejected lines {p.rejected}, "
+        f"not ready {p.not_ready}; evaluated so far {evaluated}, failed {failed}",
+        highlight=False,
+        soft_wrap=True,
     )
+    for rejected in summary.rejected_examples[:20]:
+        _print_rejection(rejected)
+    if p.rejected > 20:
+        _err.print(f"  … and {p.rejected - 20} more rejected lines", highlight=False)
+    if summary.stopped:
+        _err.print(
+            f"stopped early; continue with --resume {chosen}", highlight=False, soft_wrap=True
+        )
+    if p.rejected:
+        raise typer.Exit(1)
 
 
 def _lane(value: str | None) -> Lane | None:
@@ -239,13 +334,27 @@ def _lane(value: str | None) -> Lane | None:
     return Lane(value)
 
 
-@app.command()
+_EVENT_FLAGS = ("event_id", "trace_id", "name", "observed_at", "session_id", "unit_event_id")
+
+
+@app.command(
+    epilog=(
+        "A bad line is reported as file:line: field: CODE and the rest is still sent. "
+        "Exit status: 1 when any line was rejected, 2 for invalid flags."
+    )
+)
 def outcome(
-    *,
     file: Annotated[
         Path | None,
-        typer.Option("--file", envvar="EVALQ_OUTCOME_FILE", help="JSONL of outcome events"),
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            envvar="EVALQ_OUTCOME_FILE",
+            help="JSONL of outcome events (else one event from the flags)",
+        ),
     ] = None,
+    *,
     event_id: Annotated[str | None, typer.Option("--event-id")] = None,
     trace_id: Annotated[str | None, typer.Option("--trace-id")] = None,
     name: Annotated[str | None, typer.Option("--name")] = None,
@@ -256,24 +365,30 @@ def outcome(
     session_id: Annotated[str | None, typer.Option("--session-id")] = None,
     unit_event_id: Annotated[str | None, typer.Option("--unit-event-id")] = None,
 ) -> None:
-    """Send outcome events (from --file, or one from the flags) on the outcomes lane."""
+    """Send outcome events on the outcomes lane: every line of FILE, or one from the flags."""
     from producer._backfill import send_outcomes  # noqa: PLC0415 - fast --help
     from worker.ops import producer_for  # noqa: PLC0415
 
+    flags = locals()
+    if file is not None and any(flags[f] is not None for f in _EVENT_FLAGS):
+        _err.print("give FILE or the event flags (--event-id …), not both")
+        raise typer.Exit(2)
     settings = _settings()
-    single = None if file else _flag_event(locals())
+    single = None if file else _flag_event(flags)
     with producer_for(settings, _broker(settings)) as producer:
         if single is not None:
             producer.outcome(single)
             _out.print("sent 1 outcome event")
             return
         assert file is not None
-        summary = send_outcomes(file, producer.outcome)
+        summary = send_outcomes(file, producer.outcome, keep=0, on_reject=_print_rejection)
     _out.print(f"sent {summary.sent} outcome event(s); rejected lines: {summary.rejected}")
-    for rejected in summary.rejected_examples[:20]:
-        _err.print(f"  {rejected}", highlight=False)
     if summary.rejected:
         raise typer.Exit(1)
+
+
+def _print_rejection(rejected: object) -> None:
+    _err.print(f"  {rejected}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _flag_event(flags: dict[str, Any]) -> OutcomeEvent:
@@ -322,34 +437,238 @@ def redrive(
 
 @app.command()
 def report(
+    *,
     as_json: Annotated[
         bool, typer.Option("--json", envvar="EVALQ_REPORT_JSON", help="Print one JSON object")
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", envvar="EVALQ_REPORT_HTML", dir_okay=False, help="Write a static HTML page"
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            envvar="EVALQ_REPORT_SINCE",
+            help="Evaluations created at/after: ISO time or a duration ago (30m, 6h, 7d)",
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", envvar="EVALQ_REPORT_UNTIL", help="Created before (same forms)"),
+    ] = None,
+    backfill_id: Annotated[
+        str | None,
+        typer.Option("--backfill", envvar="EVALQ_REPORT_BACKFILL", help="Only this backfill id"),
+    ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option("--metrics", envvar="EVALQ_REPORT_METRICS", help="Comma list of metric ids"),
+    ] = None,
+    metric_set: Annotated[
+        str | None,
+        typer.Option(
+            "--metric-set", envvar="EVALQ_REPORT_METRIC_SET", help="Only this metric set (name)"
+        ),
+    ] = None,
+    metric_set_version: Annotated[
+        str | None,
+        typer.Option(
+            "--metric-set-version", envvar="EVALQ_REPORT_METRIC_SET_VERSION", help="Only this one"
+        ),
+    ] = None,
+    agent_version: Annotated[
+        str | None,
+        typer.Option("--agent-version", envvar="EVALQ_REPORT_AGENT_VERSION", help="Slice filter"),
+    ] = None,
+    tool: Annotated[
+        str | None, typer.Option("--tool", envvar="EVALQ_REPORT_TOOL", help="Slice filter")
+    ] = None,
+    environment: Annotated[
+        str | None,
+        typer.Option("--environment", envvar="EVALQ_REPORT_ENVIRONMENT", help="Slice filter"),
+    ] = None,
+    scenario_by: Annotated[
+        str,
+        typer.Option(
+            "--scenario-by",
+            envvar="EVALQ_REPORT_SCENARIO_BY",
+            help="Gold-label scenario: tool | agent_version | environment | source",
+        ),
+    ] = "tool",
+    slice_by: Annotated[
+        str,
+        typer.Option(
+            "--slice-by",
+            envvar="EVALQ_REPORT_SLICE_BY",
+            help="Coverage slices: agent_version | tool | environment",
+        ),
+    ] = "agent_version",
 ) -> None:
-    """Counts of snapshots, evaluations and per-metric statuses/reasons in the store."""
-    from worker.ops import report as build_report  # noqa: PLC0415 - fast --help
+    """Per-metric rates with coverage and 95% intervals, gold labels, latency, usage, outcomes."""
+    from producer._html import render_html  # noqa: PLC0415 - fast --help
+    from producer._report import build_report, render_terminal  # noqa: PLC0415
     from worker.store import open_store  # noqa: PLC0415
 
     settings = _settings()
+    scope = _report_scope(locals())
     with open_store(settings.store_url) as store:
-        data = build_report(store)
+        result = build_report(store, scope)
+    if html is not None:
+        html.write_text(render_html(result), encoding="utf-8")
+        _err.print(f"HTML report written to {html}", highlight=False, markup=False)
     if as_json:
-        sys.stdout.write(json.dumps(data, sort_keys=True) + "\n")
-        return
-    _print_report(data)
+        sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
+    elif html is None:
+        _out.print(render_terminal(result))
+    if result.synthetic and (as_json or html is not None):
+        _err.print("[bold yellow]SYNTHETIC judge[/]: placeholder answers, not a model's judgment")
 
 
-def _print_report(data: dict[str, Any]) -> None:
-    _out.print(f"store: {data['store']}")
-    _out.print(f"snapshots: {data['snapshots']}  evaluations: {data['evaluations']}")
-    table = Table("metric", "by status", "by reason")
-    for metric_id, counts in sorted(data["metrics"].items()):
-        table.add_row(metric_id, _pairs(counts["by_status"]), _pairs(counts["by_reason"]))
-    _out.print(table)
+def _report_scope(flags: dict[str, Any]) -> Any:
+    from producer._report import ReportScope, parse_when  # noqa: PLC0415 - fast --help
+
+    now = datetime.now(UTC)
+    times: dict[str, datetime | None] = {}
+    for name in ("since", "until"):
+        try:
+            times[name] = parse_when(flags[name], now) if flags[name] else None
+        except ValueError:
+            _err.print(f"--{name}: expected an ISO date/time or a duration such as 30m, 6h, 7d")
+            raise typer.Exit(2) from None
+    metric_ids = tuple(m.strip() for m in (flags["metrics"] or "").split(",") if m.strip())
+    fields = (
+        "backfill_id",
+        "metric_set",
+        "metric_set_version",
+        "agent_version",
+        "tool",
+        "environment",
+    )
+    try:
+        return ReportScope(
+            **times,
+            **{name: flags[name] for name in fields},
+            metric_ids=metric_ids,
+            scenario_by=flags["scenario_by"],
+            slice_by=flags["slice_by"],
+        )
+    except ValidationError as exc:
+        names = sorted({str(e["loc"][0]).replace("_", "-") for e in exc.errors()})
+        _err.print(f"invalid report option: check --{', --'.join(names)}")
+        raise typer.Exit(2) from None
 
 
-def _pairs(counts: dict[str, int]) -> str:
-    return ", ".join(f"{key} {value}" for key, value in sorted(counts.items()))
+@app.command()
+def status(
+    *,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="EVALQ_STATUS_JSON", help="Print one JSON object")
+    ] = False,
+    window_s: Annotated[
+        float,
+        typer.Option(
+            "--window-s",
+            envvar="EVALQ_STATUS_WINDOW_S",
+            min=0,
+            help="Decision counts over the last S seconds (0: all time)",
+        ),
+    ] = 3600.0,
+    stale_after_s: Annotated[
+        float,
+        typer.Option(
+            "--stale-after-s",
+            envvar="EVALQ_STATUS_STALE_AFTER_S",
+            min=0,
+            help="A backfill with no checkpoint for this long is 'stalled'",
+        ),
+    ] = 300.0,
+    inspect_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--inspect-timeout-s",
+            envvar="EVALQ_STATUS_INSPECT_TIMEOUT_S",
+            min=0.1,
+            help="Wait this long for workers to answer inspect ping/active",
+        ),
+    ] = 1.0,
+    max_depth: Annotated[
+        int | None,
+        typer.Option(
+            "--max-depth", envvar="EVALQ_STATUS_MAX_DEPTH", help="Breach: any lane deeper"
+        ),
+    ] = None,
+    max_oldest_age_s: Annotated[
+        float | None,
+        typer.Option(
+            "--max-oldest-age-s",
+            envvar="EVALQ_STATUS_MAX_OLDEST_AGE_S",
+            help="Breach: a lane's oldest waiting message older than S seconds",
+        ),
+    ] = None,
+    max_dead_letters: Annotated[
+        int | None,
+        typer.Option(
+            "--max-dead-letters",
+            envvar="EVALQ_STATUS_MAX_DEAD_LETTERS",
+            help="Breach: more open dead letters",
+        ),
+    ] = None,
+    min_workers: Annotated[
+        int | None,
+        typer.Option(
+            "--min-workers", envvar="EVALQ_STATUS_MIN_WORKERS", help="Breach: fewer workers online"
+        ),
+    ] = None,
+    min_recent: Annotated[
+        int | None,
+        typer.Option(
+            "--min-recent-5m",
+            envvar="EVALQ_STATUS_MIN_RECENT_5M",
+            help="Breach: fewer evaluations recorded in the last 5 minutes",
+        ),
+    ] = None,
+) -> None:
+    """Queues, workers, throughput, dead letters, backfills and why traces were not scored.
+
+    Exits 3 (listing them) when a threshold given here is breached: usable as a cron check.
+    """
+    from producer._status import (  # noqa: PLC0415 - fast --help
+        BREACH_EXIT_CODE,
+        StatusThresholds,
+        collect_status,
+        render_status,
+    )
+    from worker.store import open_store  # noqa: PLC0415
+
+    settings = _settings()
+    thresholds = StatusThresholds(
+        max_depth=max_depth,
+        max_oldest_age_s=max_oldest_age_s,
+        max_dead_letters=max_dead_letters,
+        min_workers=min_workers,
+        min_recent_5m=min_recent,
+    )
+    with open_store(settings.store_url) as store:
+        found = collect_status(
+            store,
+            settings,
+            settings.broker_url,
+            window_s=window_s,
+            stale_after_s=stale_after_s,
+            inspect_timeout_s=inspect_timeout_s,
+        )
+    found = found.model_copy(update={"breaches": thresholds.breaches(found)})
+    if as_json:
+        sys.stdout.write(json.dumps(found.to_json(), sort_keys=True) + "\n")
+    else:
+        _out.print(render_status(found))
+    for breach in found.breaches:
+        _err.print(f"threshold breached: {breach}", highlight=False, markup=False)
+    if found.breaches:
+        raise typer.Exit(BREACH_EXIT_CODE)
 
 
 @app.command()

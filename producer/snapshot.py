@@ -41,14 +41,17 @@ __all__ = [
     "LANE_QUEUES",
     "OUTCOME_TASK",
     "SCHEMA_VERSION",
+    "TALLY_TASK",
     "Event",
     "EventType",
     "GoldLabel",
     "Lane",
     "OutcomeEvent",
     "Sampling",
+    "SamplingTally",
     "SliceMeta",
     "Snapshot",
+    "TallyRow",
     "ToolRound",
     "ToolSpec",
     "Unit",
@@ -61,6 +64,7 @@ __all__ = [
 SCHEMA_VERSION: Final = 1
 EVALUATE_TASK = "evalq.evaluate"
 OUTCOME_TASK = "evalq.outcome"
+TALLY_TASK = "evalq.sampling_tally"
 
 
 class WindowViolation(ValueError):
@@ -321,6 +325,56 @@ class OutcomeEvent(_Contract):
     observed_at: UtcTime
 
     @field_validator("event_id", "trace_id", "name")
+    @classmethod
+    def _non_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be non-blank")
+        return value
+
+    def wire(self) -> dict[str, Any]:
+        """Plain JSON-mode dict for the queue."""
+        return self.model_dump(mode="json")
+
+
+class TallyRow(_Contract):
+    """Sampling counts for one (rule, rate, slice) since the producer's previous tally."""
+
+    rule: str
+    rate: float = Field(ge=0.0, le=1.0)
+    lane: Lane
+    agent_version: str | None = None
+    environment: str | None = None
+    tool: str | None = None
+    seen: int = Field(ge=0)
+    sampled: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _sampled_within_seen(self) -> TallyRow:
+        if self.sampled > self.seen:
+            raise ValueError("sampled cannot exceed seen")
+        return self
+
+    @property
+    def sampled_out(self) -> int:
+        """Units seen but not sampled (what a report must say was not evaluated)."""
+        return self.seen - self.sampled
+
+
+class SamplingTally(_Contract):
+    """A delta of sampling counts from one producer process, sent as :data:`TALLY_TASK`.
+
+    Producers never write records; the worker stores each row once per ``tally_id`` (a unique
+    id per drain), so an at-least-once redelivery adds nothing.
+    """
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    tally_id: str
+    producer: str
+    started_at: UtcTime
+    ended_at: UtcTime
+    rows: tuple[TallyRow, ...]
+
+    @field_validator("tally_id", "producer")
     @classmethod
     def _non_blank(cls, value: str) -> str:
         if not value.strip():

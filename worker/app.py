@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from celery import Celery
 
 from producer._producer import LANE_EXCHANGE, lane_queues
-from producer.snapshot import EVALUATE_TASK, LANE_QUEUES, OUTCOME_TASK, Lane
+from producer.snapshot import EVALUATE_TASK, LANE_QUEUES, OUTCOME_TASK, TALLY_TASK, Lane
 from worker.settings import PoolKind, Settings, load_settings
 
 __all__ = ["EvalqApp", "broker_transport_options", "celery_config", "create_app", "is_redis"]
@@ -102,6 +102,7 @@ def celery_config(settings: Settings, broker_url: str) -> dict[str, Any]:
         "task_routes": {
             EVALUATE_TASK: {"queue": LANE_QUEUES[Lane.LIVE]},
             OUTCOME_TASK: {"queue": LANE_QUEUES[Lane.OUTCOMES]},
+            TALLY_TASK: {"queue": LANE_QUEUES[Lane.OUTCOMES]},
         },
         **_time_limits(settings),
     }
@@ -117,7 +118,7 @@ class EvalqApp(Celery):
 
 
 def create_app(settings: Settings | None = None, *, broker_url: str | None = None) -> EvalqApp:
-    """Build the worker app: configuration and the two tasks.
+    """Build the worker app: configuration and the tasks (evaluate, outcome, sampling tally).
 
     ``broker_url`` overrides ``settings.broker_url``; without either,
     :class:`~worker.settings.ConfigError` names ``EVALQ_BROKER_URL``. Process-wide signal handlers

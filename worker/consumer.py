@@ -14,6 +14,17 @@ worker keeps serving. Reason codes:
 If the store cannot take the record right now, the message is neither acked nor rejected: it stays
 with the broker and comes back (Redis: after the visibility timeout; RabbitMQ: on reconnect), so
 nothing is lost and the consumer does not spin on it.
+
+It also survives a kombu 5.7 race on Redis connection loss (found by the fault suite): Celery's
+``collect()`` detaches the transport from the connection, and the ``close()`` that follows asks
+the half-closed channel to restore its unacked messages, which raises ``AttributeError`` (no
+connection parameters left). Celery treats that as an unrecoverable error and the whole worker
+exits. The close is best-effort here instead: the unacked messages stay in Redis's ``unacked``
+hash and come back after the visibility timeout, and the consumer reconnects as usual. For the
+same reason a task that was running (or reserved) when the connection was lost must not ack on
+the dead channel when it finishes — the threads pool cannot cancel it, as Celery would — so such
+requests are marked done with the broker: their messages are redelivered, and the store's
+idempotency makes the second delivery write nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery.worker import state as worker_state
 from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed
 from kombu.message import Message
@@ -83,8 +95,43 @@ def dead_letter(message: Message, reason: str, settings: Settings | None = None)
     return True
 
 
+def _best_effort_close(connection: Any) -> None:
+    """Make ``connection.close()`` swallow kombu's ``AttributeError`` on a half-closed channel."""
+    close = connection.close
+
+    def close_quietly() -> None:
+        try:
+            close()
+        except AttributeError as exc:
+            _log.warning(
+                "broker connection cleanup failed (%s); unacked messages return after the "
+                "visibility timeout",
+                type(exc).__name__,
+            )
+
+    connection.close = close_quietly
+
+
+def _leave_to_the_broker() -> int:
+    """Stop requests of the lost connection from acking on it later; returns how many."""
+    known = {id(r): r for r in (*worker_state.active_requests, *worker_state.requests.values())}
+    left = [r for r in known.values() if r.task.acks_late and not r.acknowledged]
+    for request in left:
+        request.acknowledged = True  # the message stays unacked in the broker: redelivered
+    return len(left)
+
+
 class DeadLetterConsumer(Consumer):
     """``worker_consumer``: dead-letters undecodable, disallowed, unknown and invalid messages."""
+
+    def on_connection_error_after_connected(self, exc: Exception) -> None:
+        """Celery's reconnect path, with the old connection closed best-effort (see module)."""
+        if self.connection is not None:
+            _best_effort_close(self.connection)
+        super().on_connection_error_after_connected(exc)
+        left = _leave_to_the_broker()
+        if left:
+            _log.warning("%d message(s) of the lost connection left to redelivery", left)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         dead_letter(message, reason, getattr(self.app, "settings", None))

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from producer import ImportErrorReport, Lane, OutcomeEvent, Producer, Snapshot, read_snapshots
+from producer._report import ReportScope, build_report
 from producer.snapshot import WindowViolation
 from worker import signals
 from worker.app import broker_transport_options, create_app
@@ -198,15 +199,13 @@ def redrive(
 # --- report ------------------------------------------------------------------------------------
 
 
-def report(store: Store) -> dict[str, Any]:
-    """The JSON report: ``snapshots``, ``evaluations``, ``metrics``, ``dead_letters_open``."""
-    return {
-        "snapshots": store.count_snapshots(),
-        "evaluations": store.count_evaluations(),
-        "metrics": store.metric_counts(),
-        "dead_letters_open": len(store.open_dead_letters()),
-        "store": store.location,
-    }
+def report(store: Store, scope: ReportScope | None = None) -> dict[str, Any]:
+    """The JSON report (``evalq report --json``): :func:`producer._report.build_report`.
+
+    Keys include ``snapshots``, ``evaluations``, ``metrics.<id>.by_status/by_reason``,
+    ``dead_letters_open`` and ``store``; one implementation serves the CLI and this function.
+    """
+    return build_report(store, scope or ReportScope()).to_json()
 
 
 # --- evalq run ---------------------------------------------------------------------------------

@@ -95,6 +95,7 @@ class Settings(BaseSettings):
     lanes: Annotated[tuple[Lane, ...], NoDecode] = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
     concurrency: int = Field(default=32, ge=1, le=512)
     batch_size: int = Field(default=4, ge=1, le=1000)
+    pool_threads: int | None = Field(default=None, ge=1, le=512)
     pool: PoolKind = PoolKind.THREADS
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)
@@ -233,8 +234,13 @@ class Settings(BaseSettings):
 
     @property
     def pool_size(self) -> int:
-        """Celery pool size: one message per thread, so ``concurrency`` threads (or processes)."""
-        return self.concurrency
+        """Celery pool size: ``EVALQ_POOL_THREADS``, else ``concurrency`` threads (or processes).
+
+        One message per thread: with one snapshot per message (live) it takes ``concurrency``
+        threads to keep ``concurrency`` evaluations in flight; with batches of ``batch_size``
+        (backfill) far fewer do (``docs/concurrency.md``: about ``2 * concurrency / batch_size``).
+        """
+        return self.pool_threads if self.pool_threads is not None else self.concurrency
 
     @property
     def longest_task_s(self) -> float:

@@ -1,9 +1,12 @@
-"""The two Celery tasks, by stable name. Bodies are thin: decode → check window → evaluate → record.
+"""The Celery tasks, by stable name. Bodies are thin: decode → check window → evaluate → record.
 
 ``evalq.evaluate`` takes ONE positional argument: a snapshot wire dict (``Snapshot.wire()``), or a
 list of them (a backfill batch of at most ``EVALQ_BATCH_SIZE``). The snapshots of a batch are
-evaluated concurrently on the process loop, each with its own budget, and each is recorded on its
-own. ``evalq.outcome`` takes ONE positional argument: an ``OutcomeEvent.wire()`` dict.
+evaluated concurrently on the process loop, each with its own budget; their records are written
+in one store transaction (one commit per message, not per snapshot). ``evalq.outcome`` takes ONE
+positional argument: an ``OutcomeEvent.wire()`` dict.
+``evalq.sampling_tally`` (outcomes lane) takes ONE positional argument: a ``SamplingTally.wire()``
+dict of a producer's sampled-out counts; each row is stored once per tally id.
 
 What happens to a message:
 
@@ -24,7 +27,6 @@ Logs carry reason codes and snapshot ids, never exception text, keys or content.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -41,8 +43,10 @@ from producer.snapshot import (
     LANE_QUEUES,
     OUTCOME_TASK,
     SCHEMA_VERSION,
+    TALLY_TASK,
     Lane,
     OutcomeEvent,
+    SamplingTally,
     Snapshot,
     WindowViolation,
 )
@@ -56,10 +60,14 @@ from worker.store import (
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
+    PermanentStoreError,
     RequestUsage,
     SnapshotRecord,
     StoreError,
+    TallyRecord,
     TransientStoreError,
+    Written,
+    evaluation_id_for,
 )
 
 __all__ = ["MAX_ITEM_BYTES", "DeadLetterReason", "register"]
@@ -139,6 +147,15 @@ def decode_outcome(item: Any) -> OutcomeEvent:
         raise _RefusedError(_schema_code(item)) from None
 
 
+def decode_tally(item: Any) -> SamplingTally:
+    """Validate one queued item as a :class:`SamplingTally`."""
+    _check_size(item)
+    try:
+        return SamplingTally.model_validate(item)
+    except ValidationError:
+        raise _RefusedError(_schema_code(item)) from None
+
+
 def _project(snapshot: Snapshot) -> Trace:
     try:
         return snapshot.trace()
@@ -210,12 +227,26 @@ def _results(
 
 @dataclass(frozen=True)
 class _Job:
-    """One accepted snapshot of a message and its evaluation in flight."""
+    """One accepted snapshot of a message: its content record, projection and metric set."""
 
     snapshot: Snapshot
+    content: SnapshotRecord
     trace: Trace
     metric_set: MetricSet
-    future: concurrent.futures.Future[runtime.Outcome]
+
+    @property
+    def snapshot_id(self) -> str:
+        """The content id (computed once, from the canonical text)."""
+        return self.content.snapshot_id
+
+
+@dataclass(frozen=True)
+class _Finished:
+    """A finished job and the evaluation record to write."""
+
+    job: _Job
+    report: Report
+    record: EvaluationRecord
 
 
 def _evaluation_record(
@@ -224,7 +255,7 @@ def _evaluation_record(
     settings = rt.settings
     model = _answering_model(report, rt.judge_model)
     return EvaluationRecord(
-        snapshot_id=job.snapshot.snapshot_id,
+        snapshot_id=job.snapshot_id,
         metric_set=job.metric_set.name,
         metric_set_version=job.metric_set.version,
         judge_kind=settings.judge.value,
@@ -280,72 +311,108 @@ def _items(rt: Runtime, payload: Any) -> list[Any]:
     return items
 
 
-def _accept(rt: Runtime, item: Any, lane: Lane | None) -> _Job | None:
-    """Decode, check the window, skip if done, and start the evaluation (None = skipped)."""
+def _accept(rt: Runtime, item: Any) -> _Job:
+    """Decode, check the window and resolve the metric set (``_RefusedError`` with a code)."""
     snapshot = decode_snapshot(item)
     trace = _project(snapshot)
     try:
         metric_set, _ = rt.metric_set(snapshot.metric_set)
     except UnknownMetricSetError:
         raise _RefusedError(DeadLetterReason.UNKNOWN_METRIC_SET) from None
-    if rt.store.find_evaluation(snapshot.snapshot_id, metric_set.version) is not None:
-        _log.info("already evaluated: %s %s", snapshot.snapshot_id[:16], metric_set.version)
-        metrics.observe_duplicate((lane or snapshot.sampling.lane).value)
-        return None
-    future = rt.submit(trace, metric_set.name)
-    return _Job(snapshot, trace, metric_set, future)
+    # The canonical text is computed once: it gives the content id and the stored record.
+    content = SnapshotRecord.from_canonical_text(canonical_json(snapshot.wire()))
+    return _Job(snapshot, content, trace, metric_set)
 
 
-def _start_all(rt: Runtime, items: list[Any], lane: Lane | None) -> list[_Job]:
-    jobs = []
+def _not_done(rt: Runtime, jobs: list[_Job], lane: Lane | None) -> list[_Job]:
+    """Skip-if-done for the whole message in one query: the jobs with no evaluation yet."""
+    ids = [evaluation_id_for(j.snapshot_id, j.metric_set.version) for j in jobs]
+    done = rt.store.existing_evaluations(ids)
+    fresh = []
+    for job, evaluation_id in zip(jobs, ids, strict=True):
+        if evaluation_id in done:
+            _log.info("already evaluated: %s %s", job.snapshot_id[:16], job.metric_set.version)
+            metrics.observe_duplicate((lane or job.snapshot.sampling.lane).value)
+        else:
+            fresh.append(job)
+    return fresh
+
+
+def _accept_all(rt: Runtime, items: list[Any], lane: Lane | None) -> list[_Job]:
+    """The items to evaluate: refused ones become dead letters, evaluated ones are skipped."""
+    accepted = []
     for item in items:
         try:
-            job = _accept(rt, item, lane)
+            accepted.append(_accept(rt, item))
         except _RefusedError as refused:
             _dead_letter(rt, refused.code, EVALUATE_TASK, lane, item)
-            continue
-        if job is not None:
-            jobs.append(job)
-    return jobs
+    return _not_done(rt, accepted, lane) if accepted else []
 
 
-def _finish(rt: Runtime, job: _Job, lane: Lane | None, task_started_s: float) -> None:
-    if job.future.done() and not job.future.cancelled():
-        outcome = job.future.result()
-        report, started_s = outcome.report, outcome.started_s
-    else:
-        # The task-side backstop: the loop did not deliver in time. Record, never drop.
-        job.future.cancel()
-        _log.warning("task backstop: %s for %s", Reason.TIMEOUT, job.snapshot.snapshot_id[:16])
-        started_s = task_started_s
-        report = runtime.timeout_report(job.trace.id, job.metric_set, 0.0)
+def _report_of(job: _Job, outcome: object, task_started_s: float) -> tuple[Report, float]:
+    """The evaluation's report and the monotonic time its budget started."""
+    if isinstance(outcome, runtime.Outcome):
+        return outcome.report, outcome.started_s
+    if isinstance(outcome, BaseException):
+        raise outcome  # a bug in the evaluation path: the whole message is dead-lettered
+    # The task-side backstop: the loop did not deliver in time. Record, never drop.
+    _log.warning("task backstop: %s for %s", Reason.TIMEOUT, job.snapshot_id[:16])
+    return runtime.timeout_report(job.trace.id, job.metric_set, 0.0), task_started_s
+
+
+def _finished(
+    rt: Runtime, job: _Job, outcome: object, lane: Lane | None, task_started_s: float
+) -> _Finished:
+    report, started_s = _report_of(job, outcome, task_started_s)
     # elapsed_s runs from the evaluation's start (its budget's start) to the hand-over of the
     # record, so the stored value bounds "recorded within budget + margin" honestly.
     elapsed_s = time.monotonic() - started_s
-    record = _evaluation_record(rt, job, report, lane, elapsed_s)
-    snapshot = SnapshotRecord(content=job.snapshot.wire())
-    written = rt.store.record_evaluation(record, snapshot)
-    if written.created:
-        metrics.observe_report(record.lane, report)
-    else:
-        metrics.observe_duplicate(record.lane)
-    _log.info(
-        "evaluation %s: %s (%s)",
-        "recorded" if written.created else "already recorded",
-        job.snapshot.snapshot_id[:16],
-        job.metric_set.version,
-    )
+    return _Finished(job, report, _evaluation_record(rt, job, report, lane, elapsed_s))
+
+
+def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
+    """One transaction for the whole message (one commit, one fsync on SQLite).
+
+    If the batch is refused for good, the records are written one by one, so every record
+    before the offending one is kept (the single-record behaviour) and the error surfaces there.
+    """
+    if len(finished) == 1:
+        return [rt.store.record_evaluation(finished[0].record, finished[0].job.content)]
+    try:
+        return rt.store.record_evaluations([(f.record, f.job.content) for f in finished])
+    except PermanentStoreError:
+        return [rt.store.record_evaluation(f.record, f.job.content) for f in finished]
+
+
+def _observe(finished: list[_Finished], written: list[Written]) -> None:
+    """Metrics per evaluation; a log line per live evaluation, one per backfill batch."""
+    created = 0
+    for f, w in zip(finished, written, strict=True):
+        created += w.created
+        if w.created:
+            metrics.observe_report(f.record.lane, f.report)
+        else:
+            metrics.observe_duplicate(f.record.lane)
+        if len(finished) == 1:
+            state = "recorded" if w.created else "already recorded"
+            _log.info(
+                "evaluation %s: %s (%s)", state, f.job.snapshot_id[:16], f.record.metric_set_version
+            )
+    if len(finished) > 1:
+        size = len(finished)
+        _log.info("evaluations recorded: %d new, %d already (batch)", created, size - created)
 
 
 def _evaluate_items(rt: Runtime, items: list[Any], lane: Lane | None) -> None:
     started = time.monotonic()
-    jobs = _start_all(rt, items, lane)
+    jobs = _accept_all(rt, items, lane)
     if not jobs:
         return
-    backstop_s = rt.settings.longest_task_s
-    concurrent.futures.wait([j.future for j in jobs], timeout=backstop_s)
-    for job in jobs:
-        _finish(rt, job, lane, started)
+    submitted = rt.submit_many([(job.trace, job.metric_set.name) for job in jobs])
+    submitted.wait(rt.settings.longest_task_s)
+    outcomes = list(submitted.outcomes)  # a stable copy: late finishers no longer count
+    finished = [_finished(rt, j, o, lane, started) for j, o in zip(jobs, outcomes, strict=True)]
+    _observe(finished, _write(rt, finished))
 
 
 def _guarded(
@@ -417,9 +484,38 @@ def outcome(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
     _guarded(rt, OUTCOME_TASK, lane, payload, work)
 
 
+# --- the sampling-tally task -------------------------------------------------------------------
+
+
+def _tally_record(tally: SamplingTally) -> TallyRecord:
+    return TallyRecord.model_validate(tally.model_dump(mode="json", exclude={"schema_version"}))
+
+
+def sampling_tally(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
+    """``evalq.sampling_tally``: one SamplingTally dict; its rows are stored once per tally id."""
+    rt = _runtime_of(task)
+    lane = _delivery_lane(task)
+    _observe_queue_wait(task, lane)
+    payload = args[0] if len(args) == 1 else {"args": list(args), "kwargs": kwargs}
+
+    def work() -> None:
+        tally = decode_tally(_one_argument(args, kwargs))
+        written = rt.store.record_tally(_tally_record(tally))
+        _log.info(
+            "sampling tally %s: %d row(s)",
+            "recorded" if written.created else "already recorded",
+            len(tally.rows),
+        )
+
+    _guarded(rt, TALLY_TASK, lane, payload, work)
+
+
+_TASKS = ((EVALUATE_TASK, evaluate), (OUTCOME_TASK, outcome), (TALLY_TASK, sampling_tally))
+
+
 def register(app: Celery) -> None:
-    """Register both tasks on ``app`` under their stable names."""
-    for name, body in ((EVALUATE_TASK, evaluate), (OUTCOME_TASK, outcome)):
+    """Register every task on ``app`` under its stable name."""
+    for name, body in _TASKS:
         # typing=False: arguments are checked in the body, so bad ones become dead letters.
         app.task(
             name=name,

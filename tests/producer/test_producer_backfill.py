@@ -27,34 +27,13 @@ from producer._backfill import (
 )
 from producer._sampling import Sampler, SamplingRule
 from producer.snapshot import LANE_QUEUES, Lane, OutcomeEvent, Snapshot
-from tests.producer.producer_kit import queue_length, queued_payloads
+from tests.producer.producer_kit import queue_length, queued_payloads, write_lines
 from worker.store import Store, open_store
 
 pytestmark = pytest.mark.services
 
 BACKFILL_QUEUE = LANE_QUEUES[Lane.BACKFILL]
 PER_MESSAGE = 25
-
-
-def _line(i: int) -> str:
-    return (
-        f'{{"id":"t{i}","metadata":{{"agent_version":"v{i % 3}"}},"messages":['
-        f'{{"role":"user","content":"question {i}"}},'
-        f'{{"role":"assistant","content":"answer {i}"}}]}}\n'
-    )
-
-
-def write_lines(path: Path, count: int, *, start: int = 0, bad_every: int = 0) -> int:
-    """Write ``count`` chat traces (every ``bad_every``-th one broken); returns the bad count."""
-    bad = 0
-    with path.open("w", encoding="utf-8") as out:
-        for i in range(start, start + count):
-            if bad_every and i % bad_every == bad_every - 1:
-                bad += 1
-                out.write(f'{{"id":"x{i}","messages":[{{"content":"no role"}}]}}\n')
-            else:
-                out.write(_line(i))
-    return bad
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from producer import Producer
@@ -24,9 +26,6 @@ from tests.producer.fake_llm_server import (
     running,
 )
 from tests.producer.producer_kit import queued_payloads
-
-openai = pytest.importorskip("openai")
-anthropic = pytest.importorskip("anthropic")
 
 WEATHER = {
     "type": "function",

@@ -2,46 +2,32 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
-import resource
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
 
 from producer._submitter import LiveSubmitter, RetryPolicy
 from producer.snapshot import Snapshot
-from tests.producer.producer_kit import CelerySender, make_snapshot, queue_length, queued_payloads
+from tests.producer.producer_kit import (
+    CelerySender,
+    TimedCall,
+    flusher_in_backoff_sleep,
+    make_snapshot,
+    poll_until,
+    queue_length,
+    queued_payloads,
+    quiet_interpreter,
+    timed_submit,
+    unexcused,
+)
 from worker.embedded import RedisServer
 
 pytestmark = pytest.mark.services
 
 PATIENT = RetryPolicy(attempts=1_000, timeout_s=60.0, wait_initial_s=0.02, wait_max_s=0.1)
-
-
-@contextmanager
-def _quiet_interpreter() -> Iterator[None]:
-    """Measure our code, not the interpreter's scheduling: short GIL slices, no GC pauses.
-
-    The default 5 ms GIL switch interval lets *any* busy thread (here the flusher retrying the
-    broker) hold the caller for up to 5 ms regardless of what submit() does; a cyclic GC pass
-    is likewise not submit()'s doing. Both are restored afterwards.
-    """
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.0001)
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        sys.setswitchinterval(interval)
 
 
 def test_submitted_snapshots_arrive_on_the_queue(redis_url: str) -> None:
@@ -75,16 +61,16 @@ def test_broker_down_never_blocks_stays_bounded_and_delivers_after_restart(
         private_redis.stop()
         for snapshot in snapshots[:batch]:
             submitter.submit(snapshot)
-        _wait_until(lambda: sender.failures >= 1 and _flusher_in_backoff_sleep(submitter))
-        calls: list[_Call] = []
+        poll_until(lambda: sender.failures >= 1 and flusher_in_backoff_sleep(submitter))
+        calls: list[TimedCall] = []
         peak_pending = 0
-        with _quiet_interpreter():
+        with quiet_interpreter():
             for snapshot in snapshots[batch:]:
-                calls.append(_timed_submit(submitter, snapshot))
+                calls.append(timed_submit(submitter.submit, snapshot))
                 peak_pending = max(peak_pending, submitter.stats().pending)
         down = submitter.stats()
         slow = [c for c in calls if c.wall_s >= 0.001]
-        assert all(c.preempted for c in slow), f"slow without OS preemption: {slow[:5]}"
+        assert unexcused(calls) == [], f"slow without OS preemption: {unexcused(calls)[:5]}"
         assert len(slow) <= len(calls) // 100
         assert peak_pending <= capacity
         assert down.submitted == capacity
@@ -100,51 +86,6 @@ def test_broker_down_never_blocks_stays_bounded_and_delivers_after_restart(
     assert queue_length(private_redis.url, "live") == capacity
     arrived = {args[0]["trace_id"] for args in queued_payloads(private_redis.url, "live")}
     assert arrived == {s.trace_id for s in snapshots[:capacity]}
-
-
-@dataclass(frozen=True)
-class _Call:
-    wall_s: float
-    waited: int  # voluntary context switches: the thread blocked (lock, GIL, I/O)
-    preempted: int  # involuntary ones: the OS gave the CPU to another process
-
-
-def _timed_submit(submitter: LiveSubmitter, snapshot: Snapshot) -> _Call:
-    """One submit, timed, with the calling thread's context switches during it.
-
-    On a shared 2-core box the OS may preempt the caller for several ms whatever it runs; such a
-    call shows an involuntary switch. A submit that blocked on the broker (or on a lock held
-    across a send) would be slow on every call with no preemption at all, which is what the
-    test rules out; the rare preempted call is excused, the fraction of them bounded.
-    """
-    before = resource.getrusage(resource.RUSAGE_THREAD)
-    start = time.perf_counter()
-    submitter.submit(snapshot)
-    wall_s = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_THREAD)
-    return _Call(wall_s, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw)
-
-
-def _flusher_in_backoff_sleep(submitter: LiveSubmitter) -> bool:
-    """True once the flusher thread sleeps in the kernel (stamina's backoff ``time.sleep``).
-
-    Right after a failed send the flusher still logs the scheduled retry; timing submit() in
-    that instant would measure GIL sharing with that logging, not submit(). Linux ``wchan``
-    tells a real sleep (``hrtimer_nanosleep``) from a wait for the GIL or a lock (futex).
-    """
-    (thread,) = [t for t in threading.enumerate() if t.name == f"evalq-submit-{submitter.name}"]
-    try:
-        wchan = Path(f"/proc/self/task/{thread.native_id}/wchan").read_text()
-    except OSError:
-        return False
-    return "nanosleep" in wchan
-
-
-def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 def test_exhausted_retries_drop_with_counter_and_a_content_free_log_line(

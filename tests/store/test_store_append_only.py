@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -15,7 +16,14 @@ from tests.store._store_helpers import (
     raw_connection,
     snapshot_record,
 )
-from worker.store import APPEND_ONLY_TABLES, AppendOnlyError, DeadLetterRecord, Store
+from worker.store import (
+    APPEND_ONLY_TABLES,
+    AppendOnlyError,
+    DeadLetterRecord,
+    Store,
+    TallyRecord,
+    TallyRowRecord,
+)
 from worker.store._errors import translating
 
 
@@ -25,6 +33,15 @@ def _fill_every_table(store: Store) -> None:
     store.record_outcome(outcome_record("o-fill", "t-fill"))
     store.record_redrive(store.record_dead_letter(DeadLetterRecord(reason="BAD", payload=b"{")))
     store.record_checkpoint("backfill-1", "file.jsonl", offset=10, enqueued=3)
+    store.record_tally(
+        TallyRecord(
+            tally_id="tally-fill",
+            producer="host:1",
+            started_at=datetime(2025, 1, 1, tzinfo=UTC),
+            ended_at=datetime(2025, 1, 1, 0, 1, tzinfo=UTC),
+            rows=(TallyRowRecord(rule="default", rate=0.5, lane="live", seen=4, sampled=2),),
+        )
+    )
 
 
 def _data_column(conn: sqlite3.Connection | psycopg.Connection[Any], table: str) -> str:

@@ -45,6 +45,10 @@ Tables
     in ``redrives``; "open" dead letters are those without one.
 ``backfill_checkpoints``
     Append-only progress of backfills: (backfill id, source, offset, enqueued, recorded_at).
+``sampling_tallies``
+    Producers' sampling counts, one row per (tally id, rule, rate, lane, slice) with units seen
+    and sampled (insert-if-absent: a redelivered tally adds nothing). ``sampled_out_counts``
+    sums them, so reports can say what was not evaluated and weight their estimates.
 
 Guarantees
 ----------
@@ -78,6 +82,7 @@ Exceptions::
 from __future__ import annotations
 
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
+from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
 from ._records import (
     Checkpoint,
     DeadLetter,
@@ -89,10 +94,13 @@ from ._records import (
     OutcomeWritten,
     RequestUsage,
     ResultRow,
+    SampledOutCount,
     SnapshotMeta,
     SnapshotRecord,
     StatusName,
     StoredEvaluation,
+    TallyRecord,
+    TallyRowRecord,
     Written,
     evaluation_id_for,
 )
@@ -110,19 +118,27 @@ __all__ = [
     "DeadLetter",
     "DeadLetterRecord",
     "EvaluationRecord",
+    "EvaluationRow",
+    "LinkedOutcome",
     "MetricResultRecord",
     "OutcomeLink",
     "OutcomeRecord",
     "OutcomeWritten",
     "PermanentStoreError",
+    "RecordScope",
     "RequestUsage",
+    "ResultCount",
     "ResultRow",
+    "SampledOutCount",
+    "SnapshotLabels",
     "SnapshotMeta",
     "SnapshotRecord",
     "StatusName",
     "Store",
     "StoreError",
     "StoredEvaluation",
+    "TallyRecord",
+    "TallyRowRecord",
     "TransientStoreError",
     "Written",
     "evaluation_id_for",

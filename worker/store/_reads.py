@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from worker._json import FrozenJson
 
 from ._backends import Row, Tx
 from ._errors import PermanentStoreError
@@ -14,20 +18,40 @@ from ._records import (
     MetricResultRecord,
     OutcomeLink,
     OutcomeRecord,
+    RequestUsage,
     ResultRow,
+    SampledOutCount,
     SnapshotRecord,
     StoredEvaluation,
+    UtcTime,
 )
+from ._schema import BYTEWISE
 
 __all__ = [
+    "EvaluationRow",
+    "LinkedOutcome",
     "MetricCounts",
+    "RecordScope",
+    "ResultCount",
+    "SnapshotLabels",
+    "backfill_counts",
+    "count_evaluations_in",
     "count_rows",
+    "count_snapshots_in",
+    "evaluation_page",
+    "labels_page",
     "latest_checkpoint",
+    "latest_checkpoints",
+    "linked_outcome_page",
     "links",
     "metric_counts",
+    "metric_counts_in",
+    "open_dead_letter_counts",
     "open_dead_letters",
     "pending_criteria",
     "result_page",
+    "sampled_out_counts",
+    "scope_filter",
     "snapshot",
     "stored_evaluation",
 ]
@@ -225,6 +249,7 @@ JOIN evaluations e ON e.evaluation_id = r.evaluation_id
 JOIN snapshots s ON s.snapshot_id = e.snapshot_id
 WHERE (e.seq > :seq OR (e.seq = :seq AND r.position > :position))
     AND (CAST(:metric_set_version AS TEXT) IS NULL OR e.metric_set_version = :metric_set_version)
+    AND {scope}
 ORDER BY e.seq, r.position
 LIMIT :limit"""
 
@@ -239,18 +264,383 @@ def _result_row(row: Row) -> ResultRow:
 
 
 def result_page(
-    tx: Tx, after: tuple[int, int], metric_set_version: str | None, limit: int
+    tx: Tx,
+    after: tuple[int, int],
+    metric_set_version: str | None,
+    limit: int,
+    scope: RecordScope | None = None,
 ) -> tuple[tuple[ResultRow, ...], tuple[int, int] | None]:
     """Up to ``limit`` result rows after the ``(evaluation seq, position)`` cursor, and the next
-    cursor (None when this page was the last)."""
+    cursor (None when this page was the last); ``scope`` narrows them further."""
+    where, scoped = scope_filter(scope)
     params = {
+        **scoped,
         "seq": after[0],
         "position": after[1],
         "metric_set_version": metric_set_version,
         "limit": limit,
     }
-    rows = tx.rows(_RESULT_ROWS, params)
+    rows = tx.rows(_RESULT_ROWS.format(scope=where), params)
     page = tuple(_result_row(r) for r in rows)
     if len(rows) < limit:
         return page, None
     return page, (int(rows[-1][0]), int(rows[-1][11]))
+
+
+# --- scoped reads for reports and status -----------------------------------------------------
+
+
+class RecordScope(BaseModel):
+    """Which records a report or a status count covers. Every field set narrows; None is "any".
+
+    ``since``/``until`` bound the evaluation's ``created_at`` (``since`` inclusive, ``until``
+    exclusive); ``metric_set`` (a name such as ``agent``) and ``metric_set_version`` match the
+    evaluation's. ``backfill_id`` keeps snapshots a backfill stamped (sampling rule
+    ``backfill:<id>`` or ``backfill:<id>/<sampler rule>``). The slice fields match the
+    snapshot's indexed slice metadata exactly.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    since: UtcTime | None = None
+    until: UtcTime | None = None
+    backfill_id: str | None = None
+    agent_version: str | None = None
+    environment: str | None = None
+    tool: str | None = None
+    metric_set_version: str | None = None
+    metric_set: str | None = None
+
+    @property
+    def narrows_evaluations(self) -> bool:
+        """True when the scope filters on evaluation columns (time range, metric set)."""
+        chosen = (self.since, self.until, self.metric_set_version, self.metric_set)
+        return any(v is not None for v in chosen)
+
+
+class EvaluationRow(BaseModel):
+    """One evaluation with its snapshot's slice and sampling facts (for reports)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    evaluation_id: str
+    snapshot_id: str
+    trace_id: str
+    metric_set_version: str
+    judge_kind: str
+    judge_model: str | None
+    synthetic: bool
+    requests: int
+    usage: tuple[RequestUsage, ...]
+    elapsed_s: float
+    lane: str
+    created_at: UtcTime
+    agent_version: str | None
+    environment: str | None
+    tool: str | None
+    sampling_rate: float
+    sampling_weight: float
+    sampling_rule: str
+
+
+class SnapshotLabels(BaseModel):
+    """A snapshot's gold labels (``{metric_id: {passed|label}}``) and its ``source`` field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    snapshot_id: str
+    labels: FrozenJson
+    source: str | None
+
+
+class LinkedOutcome(BaseModel):
+    """An outcome event linked to an evaluation (name and value only: the report's view)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    evaluation_id: str
+    event_id: str
+    name: str
+    value: FrozenJson
+    observed_at: UtcTime
+
+
+def _snapshot_conditions(scope: RecordScope) -> tuple[list[str], dict[str, object]]:
+    conditions: list[str] = []
+    params: dict[str, object] = {}
+    for column in ("agent_version", "environment", "tool"):
+        value = getattr(scope, column)
+        if value is not None:
+            conditions.append(f"s.{column} = :{column}")
+            params[column] = value
+    if scope.backfill_id is not None:
+        rule = f"backfill:{scope.backfill_id}"
+        conditions.append(
+            "(s.sampling_rule = :bf_rule"
+            " OR substr(s.sampling_rule, 1, CAST(:bf_len AS INTEGER)) = :bf_prefix)"
+        )
+        params.update(bf_rule=rule, bf_prefix=rule + "/", bf_len=len(rule) + 1)
+    return conditions, params
+
+
+def _evaluation_conditions(scope: RecordScope) -> tuple[list[str], dict[str, object]]:
+    conditions: list[str] = []
+    params: dict[str, object] = {}
+    if scope.since is not None:
+        conditions.append("e.created_at >= :since")
+        params["since"] = scope.since
+    if scope.until is not None:
+        conditions.append("e.created_at < :until")
+        params["until"] = scope.until
+    if scope.metric_set_version is not None:
+        conditions.append("e.metric_set_version = :scope_version")
+        params["scope_version"] = scope.metric_set_version
+    if scope.metric_set is not None:
+        conditions.append("e.metric_set = :scope_set")
+        params["scope_set"] = scope.metric_set
+    return conditions, params
+
+
+def scope_filter(scope: RecordScope | None) -> tuple[str, dict[str, object]]:
+    """``(sql, params)``: a condition over ``e`` (evaluations) and ``s`` (snapshots) aliases."""
+    if scope is None:
+        return "1 = 1", {}
+    snap, snap_params = _snapshot_conditions(scope)
+    ev, ev_params = _evaluation_conditions(scope)
+    return " AND ".join(snap + ev) or "1 = 1", {**snap_params, **ev_params}
+
+
+_FROM_SCOPED = "FROM evaluations e JOIN snapshots s ON s.snapshot_id = e.snapshot_id"
+_SAME_SNAPSHOT = "e.snapshot_id = s.snapshot_id"
+
+
+def count_snapshots_in(tx: Tx, scope: RecordScope) -> int:
+    """Snapshots matching the slice/backfill filters; with a time range or version, only those
+    with an evaluation inside it."""
+    snap, params = _snapshot_conditions(scope)
+    ev, ev_params = _evaluation_conditions(scope)
+    if ev:
+        exists = " AND ".join(ev)
+        snap.append(f"EXISTS (SELECT 1 FROM evaluations e WHERE {_SAME_SNAPSHOT} AND {exists})")  # noqa: S608
+        params.update(ev_params)
+    where = " AND ".join(snap) or "1 = 1"
+    (count,) = tx.rows(f"SELECT COUNT(*) FROM snapshots s WHERE {where}", params)[0]  # noqa: S608
+    return int(count)
+
+
+def count_evaluations_in(tx: Tx, scope: RecordScope) -> int:
+    """Evaluations in the scope."""
+    where, params = scope_filter(scope)
+    (count,) = tx.rows(f"SELECT COUNT(*) {_FROM_SCOPED} WHERE {where}", params)[0]
+    return int(count)
+
+
+def metric_counts_in(tx: Tx, scope: RecordScope) -> MetricCounts:
+    """:func:`metric_counts` restricted to the results of evaluations in the scope."""
+    counts: MetricCounts = {}
+    for metric_id, status, reason, n in result_counts_in(tx, scope):
+        entry = counts.setdefault(metric_id, {"by_status": {}, "by_reason": {}})
+        entry["by_status"][status] = entry["by_status"].get(status, 0) + n
+        entry["by_reason"][reason] = entry["by_reason"].get(reason, 0) + n
+    return counts
+
+
+_EVALUATION_ROWS = """SELECT e.seq, e.evaluation_id, e.snapshot_id, e.trace_id,
+    e.metric_set_version, e.judge_kind, e.judge_model, e.synthetic, e.requests, e.usage,
+    e.elapsed_s, e.lane, e.created_at, s.agent_version, s.environment, s.tool, s.sampling_rate,
+    s.sampling_weight, s.sampling_rule
+{from_} WHERE e.seq > :after_seq AND {where} ORDER BY e.seq LIMIT :limit"""
+
+_EVALUATION_ROW_FIELDS = tuple(EvaluationRow.model_fields)
+
+
+def evaluation_page(
+    tx: Tx, after: int, scope: RecordScope | None, limit: int
+) -> tuple[tuple[EvaluationRow, ...], int | None]:
+    """Up to ``limit`` evaluations in the scope after sequence ``after``, and the next cursor."""
+    where, params = scope_filter(scope)
+    sql = _EVALUATION_ROWS.format(from_=_FROM_SCOPED, where=where)
+    rows = tx.rows(sql, {**params, "after_seq": after, "limit": limit})
+    page = []
+    for row in rows:
+        fields: dict[str, Any] = dict(zip(_EVALUATION_ROW_FIELDS, row[1:], strict=True))
+        fields["usage"] = json.loads(fields["usage"])
+        page.append(EvaluationRow.model_validate(fields))
+    return tuple(page), (int(rows[-1][0]) if len(rows) == limit else None)
+
+
+_LABEL_SQL: dict[str, tuple[str, str, str]] = {
+    # (labels JSON text, source text, "labels present and non-empty") per dialect
+    "sqlite": (
+        "json_extract(c.content, '$.labels')",
+        "json_extract(c.content, '$.source')",
+        "json_extract(c.content, '$.labels') <> '{}'",
+    ),
+    "postgresql": (
+        "(c.content::jsonb -> 'labels')::text",
+        "c.content::jsonb ->> 'source'",
+        "(c.content::jsonb -> 'labels') <> '{}'::jsonb",
+    ),
+}
+
+
+def labels_page(
+    tx: Tx, dialect: str, after: str, scope: RecordScope | None, limit: int
+) -> tuple[tuple[SnapshotLabels, ...], str | None]:
+    """Snapshots (id order, after ``after``) with gold labels and an evaluation in the scope.
+
+    Labels are read inside the database (JSON functions of each dialect), so a report never
+    loads the snapshots' evaluated content.
+    """
+    labels, source, present = _LABEL_SQL[dialect]
+    where, params = scope_filter(scope)
+    sql = f"""SELECT s.snapshot_id, {labels}, {source}
+    FROM snapshots s JOIN snapshot_contents c ON c.snapshot_id = s.snapshot_id
+    WHERE s.snapshot_id > :after_id AND {present} AND EXISTS (
+        SELECT 1 FROM evaluations e WHERE e.snapshot_id = s.snapshot_id AND {where})
+    ORDER BY s.snapshot_id LIMIT :limit"""  # noqa: S608 - fragments are ours, values are params
+    rows = tx.rows(sql, {**params, "after_id": after, "limit": limit})
+    page = tuple(
+        SnapshotLabels(snapshot_id=r[0], labels=json.loads(r[1]), source=r[2]) for r in rows
+    )
+    return page, (str(rows[-1][0]) if len(rows) == limit else None)
+
+
+def linked_outcome_page(
+    tx: Tx, after: tuple[int, int], scope: RecordScope | None, limit: int
+) -> tuple[tuple[LinkedOutcome, ...], tuple[int, int] | None]:
+    """Outcome links of evaluations in the scope, by (evaluation seq, outcome seq)."""
+    where, params = scope_filter(scope)
+    sql = f"""SELECT e.seq, o.seq, l.evaluation_id, o.event_id, o.name, o.value, o.observed_at
+    FROM outcome_links l JOIN outcomes o ON o.event_id = l.outcome_event_id
+    JOIN evaluations e ON e.evaluation_id = l.evaluation_id
+    JOIN snapshots s ON s.snapshot_id = e.snapshot_id
+    WHERE (e.seq > :after_seq OR (e.seq = :after_seq AND o.seq > :after_oseq)) AND {where}
+    ORDER BY e.seq, o.seq LIMIT :limit"""  # noqa: S608 - fragments are ours, values are params
+    rows = tx.rows(sql, {**params, "after_seq": after[0], "after_oseq": after[1], "limit": limit})
+    page = tuple(
+        LinkedOutcome(
+            evaluation_id=r[2], event_id=r[3], name=r[4], value=json.loads(r[5]), observed_at=r[6]
+        )
+        for r in rows
+    )
+    cursor = (int(rows[-1][0]), int(rows[-1][1])) if len(rows) == limit else None
+    return page, cursor
+
+
+def open_dead_letter_counts(tx: Tx) -> dict[str, int]:
+    """``{reason: n}`` over dead letters never redriven."""
+    rows = tx.rows(
+        """SELECT d.reason, COUNT(*) FROM dead_letters d
+        WHERE NOT EXISTS (SELECT 1 FROM redrives r WHERE r.dead_letter_id = d.dead_letter_id)
+        GROUP BY d.reason ORDER BY d.reason"""
+    )
+    return {str(reason): int(n) for reason, n in rows}
+
+
+def latest_checkpoints(tx: Tx) -> tuple[Checkpoint, ...]:
+    """The most recent checkpoint of every (backfill id, source), by backfill id and source."""
+    rows = tx.rows(
+        """SELECT c.backfill_id, c.source, c.position, c.enqueued, c.recorded_at
+        FROM backfill_checkpoints c
+        WHERE c.seq = (SELECT MAX(c2.seq) FROM backfill_checkpoints c2
+            WHERE c2.backfill_id = c.backfill_id AND c2.source = c.source)
+        ORDER BY c.backfill_id, c.source"""
+    )
+    fields = ("backfill_id", "source", "position", "enqueued", "recorded_at")
+    return tuple(Checkpoint.model_validate(dict(zip(fields, r, strict=True))) for r in rows)
+
+
+_BACKFILL_COUNTS = """SELECT COUNT(DISTINCT e.snapshot_id), COUNT(DISTINCT CASE WHEN EXISTS (
+    SELECT 1 FROM metric_results r
+    WHERE r.evaluation_id = e.evaluation_id AND r.status = 'ERROR')
+    THEN e.snapshot_id END)
+FROM snapshots s JOIN evaluations e ON e.snapshot_id = s.snapshot_id
+WHERE s.sampling_rule {c} = :rule
+    OR (s.sampling_rule {c} >= :prefix AND s.sampling_rule {c} < :prefix_end)"""
+
+
+def backfill_counts(tx: Tx, backfill_id: str, dialect: str = "sqlite") -> tuple[int, int]:
+    """(snapshots of the backfill with an evaluation, those with an ERROR result).
+
+    The rule is ``backfill:<id>`` or ``backfill:<id>/<sampler rule>``: an equality or a prefix,
+    written as a byte-wise range (``/`` + 1 is ``0``) so both walk the ``snapshots_by_rule``
+    index, whatever the database's default collation.
+    """
+    rule = f"backfill:{backfill_id}"
+    params = {"rule": rule, "prefix": rule + "/", "prefix_end": rule + "0"}
+    sql = _BACKFILL_COUNTS.format(c=BYTEWISE[dialect])
+    evaluated, failed = tx.rows(sql, params)[0]
+    return int(evaluated), int(failed)
+
+
+_TALLY_GROUP = "rule, rate, lane, agent_version, environment, tool"
+_TALLY_FILTERS = {
+    "lane": "lane = :lane",
+    "since": "ended_at >= :since",
+    "until": "ended_at < :until",
+}
+
+
+def _nulls_first(value: object) -> tuple[bool, object]:
+    return (value is not None, value if value is not None else "")
+
+
+def sampled_out_counts(
+    tx: Tx, *, lane: str | None = None, since: object = None, until: object = None
+) -> tuple[SampledOutCount, ...]:
+    """Seen / sampled totals per (rule, rate, lane, slice) over the stored tallies.
+
+    ``lane`` keeps one lane; ``since`` (inclusive) and ``until`` (exclusive) bound the tallies'
+    ``ended_at``. Ordered by the grouping columns, ``None`` first in both databases.
+    """
+    given = {"lane": lane, "since": since, "until": until}
+    params = {k: v for k, v in given.items() if v is not None}
+    where = " AND ".join(_TALLY_FILTERS[k] for k in params) or "1 = 1"
+    rows = tx.rows(
+        f"""SELECT {_TALLY_GROUP}, SUM(seen), SUM(sampled) FROM sampling_tallies
+        WHERE {where} GROUP BY {_TALLY_GROUP}""",  # noqa: S608 - fragments are ours
+        params,
+    )
+    fields = ("rule", "rate", "lane", "agent_version", "environment", "tool", "seen", "sampled")
+    counts = [
+        SampledOutCount.model_validate(
+            dict(zip(fields, (*r[:6], int(r[6]), int(r[7])), strict=True))
+        )
+        for r in rows
+    ]
+    return tuple(sorted(counts, key=lambda c: [_nulls_first(getattr(c, f)) for f in fields[:6]]))
+
+
+class ResultCount(NamedTuple):
+    """Metric results of one (metric id, status, reason)."""
+
+    metric_id: str
+    status: str
+    reason: str
+    n: int
+
+
+def result_counts_in(tx: Tx, scope: RecordScope | None) -> tuple[ResultCount, ...]:
+    """Results per (metric id, status, reason) of the evaluations in the scope."""
+    where, params = scope_filter(scope)
+    rows = tx.rows(
+        f"""SELECT r.metric_id, r.status, r.reason, COUNT(*) FROM metric_results r
+        JOIN evaluations e ON e.evaluation_id = r.evaluation_id
+        JOIN snapshots s ON s.snapshot_id = e.snapshot_id
+        WHERE {where}
+        GROUP BY r.metric_id, r.status, r.reason ORDER BY r.metric_id, r.status, r.reason""",  # noqa: S608
+        params,
+    )
+    return tuple(ResultCount(str(m), str(s), str(r), int(n)) for m, s, r, n in rows)
+
+
+def sampling_weight_sum(tx: Tx, scope: RecordScope | None) -> tuple[int, float]:
+    """(evaluations in the scope, the sum of their snapshots' sampling weights)."""
+    where, params = scope_filter(scope)
+    rows = tx.rows(
+        f"SELECT COUNT(*), COALESCE(SUM(s.sampling_weight), 0) {_FROM_SCOPED} WHERE {where}",
+        params,
+    )
+    count, total = rows[0]
+    return int(count), float(total)

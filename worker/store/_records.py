@@ -7,10 +7,12 @@ or an outcome event into these models and hands them over.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Literal, NamedTuple
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
@@ -36,10 +38,13 @@ __all__ = [
     "OutcomeWritten",
     "RequestUsage",
     "ResultRow",
+    "SampledOutCount",
     "SnapshotMeta",
     "SnapshotRecord",
     "StatusName",
     "StoredEvaluation",
+    "TallyRecord",
+    "TallyRowRecord",
     "Written",
     "evaluation_id_for",
 ]
@@ -127,6 +132,15 @@ class SnapshotMeta(_Wire):
     metric_set: Text
 
 
+def _frozen(value: Any) -> Any:
+    """Freshly parsed JSON as read-only mappings and tuples (what ``FrozenJson`` holds)."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
 class SnapshotRecord(_Record):
     """A snapshot's wire JSON. ``snapshot_id`` is the sha256 of its canonical JSON.
 
@@ -148,6 +162,25 @@ class SnapshotRecord(_Record):
         self._text = canonical_json(self.content)
         self._id = hashlib.sha256(self._text.encode("utf-8")).hexdigest()
         return self
+
+    @classmethod
+    def from_canonical_text(cls, text: str) -> SnapshotRecord:
+        """The record of a snapshot whose canonical JSON is already at hand (the worker's path).
+
+        Same result as ``SnapshotRecord(content=json.loads(text))``, for about a third of the
+        CPU: one parse instead of a JSON round trip, a thaw and a second serialization. ``text``
+        must be exactly what :func:`~worker._json.canonical_json` makes of it (ValueError).
+        """
+        content = json.loads(text)
+        if not isinstance(content, dict):
+            raise ValueError("snapshot content must be a JSON object")  # noqa: TRY004 - as _index
+        if canonical_json(content) != text:
+            raise ValueError("not canonical JSON")
+        record = cls.model_construct(content=_frozen(content))
+        record._meta = SnapshotMeta.model_validate(content)
+        record._text = text
+        record._id = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return record
 
     @property
     def snapshot_id(self) -> str:
@@ -361,3 +394,63 @@ class Checkpoint(_Record):
     position: int = Field(ge=0)
     enqueued: int = Field(ge=0)
     recorded_at: UtcTime
+
+
+# --- sampling tallies ------------------------------------------------------------------------
+
+
+class _TallyCounts(_Record):
+    rule: Text
+    rate: float = Field(ge=0, le=1)
+    lane: Text
+    agent_version: str | None = None
+    environment: str | None = None
+    tool: str | None = None
+    seen: int = Field(ge=0)
+    sampled: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _within(self) -> _TallyCounts:
+        if self.sampled > self.seen:
+            raise ValueError("sampled cannot exceed seen")
+        return self
+
+    @property
+    def sampled_out(self) -> int:
+        """Units seen but not sampled: what was not evaluated."""
+        return self.seen - self.sampled
+
+
+class TallyRowRecord(_TallyCounts):
+    """One row of a producer's sampling tally: a (rule, rate, lane, slice) and its counts."""
+
+    @property
+    def key(self) -> str:
+        """Canonical JSON of the grouping columns: unique within a tally."""
+        fields = (self.rule, self.rate, self.lane, self.agent_version, self.environment, self.tool)
+        return canonical_json(list(fields))
+
+
+class TallyRecord(_Record):
+    """A producer's sampling tally (``producer.snapshot.SamplingTally`` as the store keeps it).
+
+    Counts since the producer's previous tally; ``tally_id`` is unique per drain, so a redelivered
+    tally is stored once.
+    """
+
+    tally_id: Text
+    producer: Text
+    started_at: UtcTime
+    ended_at: UtcTime
+    rows: tuple[TallyRowRecord, ...]
+
+    @model_validator(mode="after")
+    def _distinct_rows(self) -> TallyRecord:
+        keys = [row.key for row in self.rows]
+        if len(set(keys)) != len(keys):
+            raise ValueError("each (rule, rate, lane, slice) appears at most once in a tally")
+        return self
+
+
+class SampledOutCount(_TallyCounts):
+    """Totals over stored tallies for one (rule, rate, lane, slice)."""

@@ -13,10 +13,17 @@ from typing import Literal
 from ._backends import Tx
 from ._errors import APPEND_ONLY_SQLSTATE, PermanentStoreError
 
-__all__ = ["APPEND_ONLY_TABLES", "SCHEMA_VERSION", "Dialect", "migrate"]
+__all__ = ["APPEND_ONLY_TABLES", "BYTEWISE", "SCHEMA_VERSION", "Dialect", "migrate"]
 
 Dialect = Literal["sqlite", "postgresql"]
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added ``sampling_tallies`` and the ``snapshots_by_rule`` index. Every statement is idempotent
+(``IF NOT EXISTS``, triggers dropped and re-created), so a version-1 database is upgraded by
+running them all again."""
+
+BYTEWISE: dict[str, str] = {"sqlite": "COLLATE BINARY", "postgresql": 'COLLATE "C"'}
+"""Byte-wise text order per dialect: a prefix is then one contiguous index range, whatever the
+database's default collation (SQLite's default is already BINARY)."""
 
 _TYPES: dict[Dialect, dict[str, str]] = {
     "sqlite": {
@@ -26,6 +33,7 @@ _TYPES: dict[Dialect, dict[str, str]] = {
         "bool": "INTEGER",
         "blob": "BLOB",
         "int": "INTEGER",
+        "bytewise": BYTEWISE["sqlite"],
     },
     "postgresql": {
         "seq": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
@@ -34,6 +42,7 @@ _TYPES: dict[Dialect, dict[str, str]] = {
         "bool": "BOOLEAN",
         "blob": "BYTEA",
         "int": "BIGINT",
+        "bytewise": BYTEWISE["postgresql"],
     },
 }
 
@@ -62,6 +71,8 @@ _TABLES = (
     metric_set TEXT NOT NULL,
     created_at {time} NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS snapshots_by_trace ON snapshots (trace_id)",
+    # Backfill read-back: rule ``backfill:<id>`` (equality) or ``backfill:<id>/…`` (a range).
+    "CREATE INDEX IF NOT EXISTS snapshots_by_rule ON snapshots (sampling_rule {bytewise})",
     # The evaluated content lives only here, apart from the indexed metadata, so retention can
     # protect or expire it on its own (an operator's maintenance step; the API never deletes).
     """CREATE TABLE IF NOT EXISTS snapshot_contents (
@@ -152,6 +163,26 @@ _TABLES = (
     recorded_at {time} NOT NULL)""",
     """CREATE INDEX IF NOT EXISTS backfill_checkpoints_latest
     ON backfill_checkpoints (backfill_id, source, seq)""",
+    # Producers' sampling counts (seen / sampled per rule, rate and slice), one row per tally row;
+    # row_key is the canonical JSON of the row's grouping columns (NULLs included, which a
+    # UNIQUE over the nullable columns themselves would not deduplicate).
+    """CREATE TABLE IF NOT EXISTS sampling_tallies (
+    seq {seq},
+    tally_id TEXT NOT NULL,
+    row_key TEXT NOT NULL,
+    producer TEXT NOT NULL,
+    started_at {time} NOT NULL,
+    ended_at {time} NOT NULL,
+    rule TEXT NOT NULL,
+    rate {real} NOT NULL,
+    lane TEXT NOT NULL,
+    agent_version TEXT,
+    environment TEXT,
+    tool TEXT,
+    seen {int} NOT NULL CHECK (seen >= 0),
+    sampled {int} NOT NULL CHECK (sampled >= 0 AND sampled <= seen),
+    received_at {time} NOT NULL,
+    UNIQUE (tally_id, row_key))""",
 )
 
 APPEND_ONLY_TABLES = (
@@ -166,6 +197,7 @@ APPEND_ONLY_TABLES = (
     "dead_letters",
     "redrives",
     "backfill_checkpoints",
+    "sampling_tallies",
 )
 """Every table: none of them ever sees an UPDATE or DELETE."""
 

@@ -8,7 +8,7 @@ and time). Methods are synchronous and thread-safe; worker threads call them dir
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from types import TracebackType
@@ -17,16 +17,34 @@ from typing import TypeVar
 import stamina
 
 from ._backends import Backend, PostgresBackend, SqliteBackend, Tx
+from ._batch import EvaluationItem, existing_evaluation_ids, write_evaluations
 from ._errors import TransientStoreError, translating
 from ._reads import (
+    EvaluationRow,
+    LinkedOutcome,
     MetricCounts,
+    RecordScope,
+    ResultCount,
+    SnapshotLabels,
+    backfill_counts,
+    count_evaluations_in,
     count_rows,
+    count_snapshots_in,
+    evaluation_page,
+    labels_page,
     latest_checkpoint,
+    latest_checkpoints,
+    linked_outcome_page,
     links,
     metric_counts,
+    metric_counts_in,
+    open_dead_letter_counts,
     open_dead_letters,
     pending_criteria,
+    result_counts_in,
     result_page,
+    sampled_out_counts,
+    sampling_weight_sum,
     snapshot,
     stored_evaluation,
 )
@@ -39,8 +57,10 @@ from ._records import (
     OutcomeRecord,
     OutcomeWritten,
     ResultRow,
+    SampledOutCount,
     SnapshotRecord,
     StoredEvaluation,
+    TallyRecord,
     Written,
     evaluation_id_for,
 )
@@ -53,6 +73,7 @@ from ._writes import (
     write_outcome,
     write_redrive,
     write_snapshot,
+    write_tally,
 )
 
 __all__ = ["Store", "open_store"]
@@ -124,6 +145,21 @@ class Store:
         now = _now()
         return self._run(lambda tx: write_evaluation(tx, record, snapshot, now))
 
+    def record_evaluations(self, items: Sequence[EvaluationItem]) -> list[Written]:
+        """Record many ``(evaluation, snapshot or None)`` pairs in ONE transaction.
+
+        Each pair behaves as in :meth:`record_evaluation` (a duplicate writes nothing and comes
+        back ``created=False``); results are in input order. All pairs commit together or none
+        does, so a transient failure leaves nothing half-written for the retry.
+        """
+        for record, content in items:
+            if content is not None and content.snapshot_id != record.snapshot_id:
+                raise ValueError("the snapshot passed is not the one the evaluation names")
+        if not items:
+            return []
+        now = _now()
+        return self._run(lambda tx: write_evaluations(tx, items, now))
+
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
         """Insert the outcome if its event id is new and link it to its trace's evaluations.
 
@@ -159,6 +195,15 @@ class Store:
         self._run(lambda tx: write_checkpoint(tx, checkpoint))
         return checkpoint
 
+    def record_tally(self, tally: TallyRecord) -> Written:
+        """Insert a producer's sampling tally, each row once per (tally id, row).
+
+        ``created`` is False when every row was already stored (a redelivered tally).
+        """
+        now = _now()
+        written = self._run(lambda tx: write_tally(tx, tally, now))
+        return Written(tally.tally_id, created=written > 0)
+
     # --- reads -----------------------------------------------------------------------------
 
     def get_snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
@@ -174,6 +219,12 @@ class Store:
     ) -> StoredEvaluation | None:
         """The evaluation of this snapshot under this metric-set version (and run), or None."""
         return self.get_evaluation(evaluation_id_for(snapshot_id, metric_set_version, run))
+
+    def existing_evaluations(self, evaluation_ids: Sequence[str]) -> frozenset[str]:
+        """Which of ``evaluation_ids`` are recorded (one query per 500 ids): skip-if-done."""
+        if not evaluation_ids:
+            return frozenset()
+        return self._run(lambda tx: existing_evaluation_ids(tx, evaluation_ids), write=False)
 
     def links_for_evaluation(self, evaluation_id: str) -> tuple[OutcomeLink, ...]:
         """Outcomes linked to the evaluation, in arrival order."""
@@ -193,29 +244,117 @@ class Store:
         """The most recent checkpoint of one backfill source, or None."""
         return self._run(lambda tx: latest_checkpoint(tx, backfill_id, source), write=False)
 
-    def count_snapshots(self) -> int:
-        """Distinct snapshot ids recorded."""
+    def count_snapshots(self, scope: RecordScope | None = None) -> int:
+        """Distinct snapshot ids recorded (in ``scope``: see :meth:`count_snapshots_in`)."""
+        if scope is not None:
+            return self._run(lambda tx: count_snapshots_in(tx, scope), write=False)
         return self._run(lambda tx: count_rows(tx, "snapshots"), write=False)
 
-    def count_evaluations(self) -> int:
-        """Evaluation records (re-evaluations and re-runs included)."""
+    def count_evaluations(self, scope: RecordScope | None = None) -> int:
+        """Evaluation records (re-evaluations and re-runs included), optionally in ``scope``."""
+        if scope is not None:
+            return self._run(lambda tx: count_evaluations_in(tx, scope), write=False)
         return self._run(lambda tx: count_rows(tx, "evaluations"), write=False)
 
-    def metric_counts(self) -> MetricCounts:
-        """``{metric_id: {"by_status": {status: n}, "by_reason": {reason: n}}}``."""
+    def metric_counts(self, scope: RecordScope | None = None) -> MetricCounts:
+        """``{metric_id: {"by_status": {status: n}, "by_reason": {reason: n}}}``.
+
+        With ``scope``, only results of evaluations in it (e.g. ``RecordScope(since=...)``).
+        """
+        if scope is not None:
+            return self._run(lambda tx: metric_counts_in(tx, scope), write=False)
         return self._run(metric_counts, write=False)
 
     def iter_results(
-        self, *, metric_set_version: str | None = None, page_size: int = 500
+        self,
+        *,
+        metric_set_version: str | None = None,
+        page_size: int = 500,
+        scope: RecordScope | None = None,
     ) -> Iterator[ResultRow]:
         """Every metric result in recording order, fetched in short read transactions."""
         cursor: tuple[int, int] | None = (0, -1)
         while cursor is not None:
             fetch = partial(
-                result_page, after=cursor, metric_set_version=metric_set_version, limit=page_size
+                result_page,
+                after=cursor,
+                metric_set_version=metric_set_version,
+                limit=page_size,
+                scope=scope,
             )
             page, cursor = self._run(fetch, write=False)
             yield from page
+
+    def iter_evaluation_rows(
+        self, scope: RecordScope | None = None, *, page_size: int = 500
+    ) -> Iterator[EvaluationRow]:
+        """Evaluations in recording order with their snapshot's slice and sampling facts."""
+        cursor: int | None = 0
+        while cursor is not None:
+            fetch = partial(evaluation_page, after=cursor, scope=scope, limit=page_size)
+            page, cursor = self._run(fetch, write=False)
+            yield from page
+
+    def iter_snapshot_labels(
+        self, scope: RecordScope | None = None, *, page_size: int = 500
+    ) -> Iterator[SnapshotLabels]:
+        """Gold labels of the snapshots that carry any and have an evaluation in ``scope``."""
+        cursor: str | None = ""
+        dialect = self._backend.dialect
+        while cursor is not None:
+            fetch = partial(
+                labels_page, dialect=dialect, after=cursor, scope=scope, limit=page_size
+            )
+            page, cursor = self._run(fetch, write=False)
+            yield from page
+
+    def iter_linked_outcomes(
+        self, scope: RecordScope | None = None, *, page_size: int = 500
+    ) -> Iterator[LinkedOutcome]:
+        """Outcomes linked to the evaluations in ``scope`` (evaluation order, then arrival)."""
+        cursor: tuple[int, int] | None = (0, 0)
+        while cursor is not None:
+            fetch = partial(linked_outcome_page, after=cursor, scope=scope, limit=page_size)
+            page, cursor = self._run(fetch, write=False)
+            yield from page
+
+    def result_counts(self, scope: RecordScope | None = None) -> tuple[ResultCount, ...]:
+        """Metric results per (metric id, status, reason), optionally in ``scope``."""
+        return self._run(lambda tx: result_counts_in(tx, scope), write=False)
+
+    def sampling_weight_sum(self, scope: RecordScope | None = None) -> tuple[int, float]:
+        """(evaluations, sum of their snapshots' sampling weights), optionally in ``scope``."""
+        return self._run(lambda tx: sampling_weight_sum(tx, scope), write=False)
+
+    def open_dead_letter_counts(self) -> dict[str, int]:
+        """``{reason: n}`` of dead letters without a redrive."""
+        return self._run(open_dead_letter_counts, write=False)
+
+    def latest_checkpoints(self) -> tuple[Checkpoint, ...]:
+        """The latest checkpoint of every (backfill id, source)."""
+        return self._run(latest_checkpoints, write=False)
+
+    def sampled_out_counts(
+        self,
+        *,
+        lane: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> tuple[SampledOutCount, ...]:
+        """Seen / sampled / sampled-out totals per (rule, rate, lane, slice) from the tallies.
+
+        ``since``/``until`` bound the tallies' end time (inclusive / exclusive).
+        """
+        fetch = partial(sampled_out_counts, lane=lane, since=since, until=until)
+        return self._run(fetch, write=False)
+
+    def backfill_counts(self, backfill_id: str) -> tuple[int, int]:
+        """(snapshots of the backfill evaluated, of those how many have an ERROR result).
+
+        A backfill's snapshots carry the sampling rule ``backfill:<id>`` (or ``…/<rule>``).
+        """
+        dialect = self._backend.dialect
+        return self._run(lambda tx: backfill_counts(tx, backfill_id, dialect), write=False)
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from ._records import (
     OutcomeRecord,
     OutcomeWritten,
     SnapshotRecord,
+    TallyRecord,
     Written,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "write_outcome",
     "write_redrive",
     "write_snapshot",
+    "write_tally",
 ]
 
 PAYLOAD_LIMIT_BYTES = 64 * 1024
@@ -310,4 +312,22 @@ def write_checkpoint(tx: Tx, checkpoint: Checkpoint) -> None:
         """INSERT INTO backfill_checkpoints (backfill_id, source, position, enqueued, recorded_at)
         VALUES (:backfill_id, :source, :position, :enqueued, :recorded_at)""",
         checkpoint.model_dump(),
+    )
+
+
+# --- sampling tallies ------------------------------------------------------------------------
+
+_INSERT_TALLY_ROW = """INSERT INTO sampling_tallies (tally_id, row_key, producer, started_at,
+    ended_at, rule, rate, lane, agent_version, environment, tool, seen, sampled, received_at)
+VALUES (:tally_id, :row_key, :producer, :started_at, :ended_at, :rule, :rate, :lane,
+    :agent_version, :environment, :tool, :seen, :sampled, :now)
+ON CONFLICT DO NOTHING"""
+
+
+def write_tally(tx: Tx, tally: TallyRecord, now: datetime) -> int:
+    """Insert each row of the tally unless (tally id, row key) is stored; return rows written."""
+    head = tally.model_dump(include={"tally_id", "producer", "started_at", "ended_at"})
+    return sum(
+        tx.run(_INSERT_TALLY_ROW, {**head, **row.model_dump(), "row_key": row.key, "now": now})
+        for row in tally.rows
     )

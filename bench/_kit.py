@@ -1,0 +1,411 @@
+"""Shared machinery of the figure benchmarks: services, workers, snapshots, timing, the table.
+
+Every figure starts what it measures and stops it at the end, whatever happens: a private Redis
+(:class:`worker.embedded.RedisServer`), the synthetic judge server as its own process (System One
+wire format, ``--latency-ms``), and worker processes (``python -m worker``, configured only through
+``EVALQ_*`` variables, each in its own process group). Nothing here is a test: figures print a
+table row each (figure, measured, baseline, ratio, target, pass/fail) and the machine's load
+average, because other work on a 2-core machine skews every ratio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import redis
+from celery import Celery
+
+from producer import Lane, Producer, Snapshot, read_snapshots
+from producer.snapshot import LANE_QUEUES
+from worker.embedded import RedisServer
+
+__all__ = [
+    "API_KEY",
+    "BASE_TRACE",
+    "NOOP_TASK",
+    "REPO",
+    "Bench",
+    "Row",
+    "Worker",
+    "base_snapshot",
+    "count_evaluations",
+    "created_times",
+    "fill_backfill",
+    "load_average",
+    "main_for",
+    "middle_rate",
+    "percentile",
+    "queue_depth",
+    "rss_kib",
+    "snapshots",
+    "table",
+    "wait_for",
+    "wait_recorded",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "traces.jsonl"
+BASE_TRACE = "order-42"
+"""The example every figure evaluates: the ``agent`` set packs it into exactly one judge request."""
+API_KEY = "bench-key"
+NOOP_TASK = "bench.noop"
+"""The baseline's no-op task (``bench._noop_app``)."""
+_LISTENING = re.compile(rb"listening on (http://\S+)")
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, printed with every result."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of process ``pid`` in KiB (``VmRSS`` of ``/proc/<pid>/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.02) -> float:
+    """Poll until ``predicate()``; return the seconds it took, or raise naming ``what``."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)
+    return time.monotonic() - started
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by nearest rank."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def middle_rate(times: Sequence[float], low: float = 0.1, high: float = 0.9) -> float:
+    """Events per second between the ``low`` and ``high`` quantiles of their (sorted) times.
+
+    Start-up and the tail (the last batches draining) are excluded: what is left is the
+    steady state.
+    """
+    ordered = sorted(times)
+    first = round(low * (len(ordered) - 1))
+    last = round(high * (len(ordered) - 1))
+    span = ordered[last] - ordered[first]
+    if last <= first or span <= 0:
+        raise ValueError("too few events to measure a rate")
+    return (last - first) / span
+
+
+# --- snapshots --------------------------------------------------------------------------------
+
+
+def base_snapshot() -> Snapshot:
+    """The example trace every figure evaluates (one packed judge request)."""
+    for snapshot in read_snapshots(EXAMPLES):
+        if snapshot.trace_id == BASE_TRACE:
+            return snapshot
+    raise RuntimeError(f"{BASE_TRACE} is missing from {EXAMPLES}")
+
+
+def snapshots(count: int, prefix: str, lane: Lane = Lane.BACKFILL) -> Iterator[Snapshot]:
+    """``count`` distinct snapshots (distinct trace ids) with the base content, on ``lane``."""
+    wire = base_snapshot().wire()
+    sampling = {**wire["sampling"], "lane": lane.value}
+    for i in range(count):
+        yield Snapshot.model_validate({**wire, "trace_id": f"{prefix}-{i}", "sampling": sampling})
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure's result line."""
+
+    figure: str
+    measured: float
+    baseline: float
+    ratio: float
+    target: str
+    passed: bool
+    unit: str
+    note: str = ""
+    load: str = ""
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The result table: figure, measured, baseline, ratio, target, pass/fail, load, note."""
+    head = (
+        f"{'figure':<28} {'measured':>12} {'baseline':>12} {'ratio':>7} {'target':>11} "
+        f"{'result':>6}  {'load 1/5/15':<15} note"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r.figure:<28} {r.measured:>12.1f} {r.baseline:>12.1f} {r.ratio:>7.2f} "
+            f"{r.target:>11} {'PASS' if r.passed else 'FAIL':>6}  {r.load:<15} {r.unit}"
+            + (f"; {r.note}" if r.note else "")
+        )
+    return "\n".join(lines)
+
+
+def main_for(title: str, run: Callable[[bool], list[Row]], argv: Sequence[str] | None) -> int:
+    """The ``__main__`` of one figure: ``--quick`` for a tiny smoke run; exit 1 on a FAIL."""
+    import argparse  # noqa: PLC0415 - only the command-line entry needs it
+
+    parser = argparse.ArgumentParser(description=title)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
+    args = parser.parse_args(argv)
+    rows = run(args.quick)
+    print(f"{title} ({os.cpu_count()} CPUs{', quick mode' if args.quick else ''})")
+    print(table(rows))
+    return 0 if all(r.passed for r in rows) or args.quick else 1
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def _stop_process(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM the process, then SIGKILL its whole group (it runs in a session of its own)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+
+
+class Worker:
+    """One ``python -m worker`` (or any argv) subprocess in its own process group."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, argv: list[str] | None = None) -> None:
+        self.log_path = log_path
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv or [sys.executable, "-m", "worker"],
+                env=env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def name_prefix(self) -> str:
+        """Celery node name before ``@``: ``evalq-<pid>`` unless the argv names another."""
+        for arg in self.process.args if isinstance(self.process.args, list) else []:
+            if isinstance(arg, str) and arg.startswith("--hostname="):
+                return arg.removeprefix("--hostname=").split("@")[0]
+        return f"evalq-{self.process.pid}"
+
+    @property
+    def pid(self) -> int:
+        """The worker's main process id (the threads pool runs every task in it)."""
+        return self.process.pid
+
+    @property
+    def log(self) -> str:
+        """The worker's log so far."""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, broker_url: str, timeout_s: float = 60.0) -> None:
+        """Wait until the worker answers a remote-control ping (raises if it died).
+
+        A ping works at any log level (the ``ready.`` line is INFO, and benches log WARNING).
+        """
+        app = Celery("evalq-bench-ping", broker=broker_url, set_as_current=False)
+
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited ({self.process.returncode}):\n{self.log[-3000:]}")
+            replies = app.control.ping(timeout=0.3)
+            prefix = f"{self.name_prefix}@"
+            return any(name.startswith(prefix) for reply in replies or [] for name in reply)
+
+        try:
+            wait_for(ready, timeout_s, "the worker to be ready", poll_s=0.05)
+        finally:
+            app.close()
+
+    def stop(self) -> None:
+        """Warm shutdown, then SIGKILL of the whole group."""
+        _stop_process(self.process)
+
+
+class Bench:
+    """Services of one figure: a temp dir, a private Redis, judge servers, workers.
+
+    A context manager: every process it started is stopped on exit, in reverse order.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.directory = Path(tempfile.mkdtemp(prefix=f"evalq-bench-{name}-"))
+        self.redis = RedisServer(self.directory / "redis")
+        self._stops: list[Callable[[], None]] = []
+
+    def __enter__(self) -> Self:
+        self.redis.start()
+        self._stops.append(self.redis.stop)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        while self._stops:
+            with contextlib.suppress(Exception):
+                self._stops.pop()()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    @property
+    def broker_url(self) -> str:
+        """The private Redis."""
+        return self.redis.url
+
+    @property
+    def store_path(self) -> Path:
+        """The SQLite file the workers record into (the embedded default store)."""
+        return self.directory / "evalq.db"
+
+    @property
+    def store_url(self) -> str:
+        """``sqlite:////abs/path/evalq.db``."""
+        return f"sqlite:///{self.store_path}"
+
+    def redis_client(self) -> redis.Redis:
+        """A client of the private Redis (closed with the bench)."""
+        client = redis.Redis.from_url(self.broker_url)
+        self._stops.append(client.close)
+        return client
+
+    def judge_server(self, latency_ms: float) -> str:
+        """Start ``python -m worker.judges._server`` with ``latency_ms``; returns its base URL."""
+        env = {**os.environ, "BENCH_JUDGE_KEY": API_KEY}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker.judges._server", "--port", "0"]
+            + ["--latency-ms", f"{latency_ms}", "--api-key-env", "BENCH_JUDGE_KEY"],
+            env=env,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self._stops.append(lambda: _stop_process(process))
+        assert process.stdout is not None
+        match = _LISTENING.search(process.stdout.readline())
+        if match is None:
+            raise RuntimeError("the judge server did not start")
+        return match.group(1).decode()
+
+    def worker_env(self, judge_url: str | None, **settings: Any) -> dict[str, str]:
+        """Environment of a worker: this one without ``EVALQ_*``, plus the bench's settings."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALQ_", "TYPESAFE_"))}
+        values: dict[str, Any] = {
+            "broker_url": self.broker_url,
+            "store_url": self.store_url,
+            "log_level": "WARNING",
+        }
+        if judge_url is not None:
+            values.update(
+                judge="systemone", judge_url=judge_url, judge_api_key=API_KEY, thresholds="0.2,0.8"
+            )
+        values.update(settings)
+        env.update({f"EVALQ_{key.upper()}": str(value) for key, value in values.items()})
+        return env
+
+    def worker(
+        self, judge_url: str | None, *, argv: list[str] | None = None, **settings: Any
+    ) -> Worker:
+        """Start a worker process (not waited for: call :meth:`Worker.wait_ready`)."""
+        index = len(self._stops)
+        log = self.directory / f"worker-{index}.log"
+        worker = Worker(self.worker_env(judge_url, **settings), log, argv)
+        self._stops.append(worker.stop)
+        return worker
+
+
+def queue_depth(client: redis.Redis, lane: Lane) -> int:
+    """Messages waiting in a lane queue (all of kombu's priority sub-lists)."""
+    queue = LANE_QUEUES[lane]
+    keys = [queue] + [f"{queue}\x06\x16{step}" for step in (3, 6, 9)]
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.llen(key)
+    return sum(int(n) for n in pipe.execute())
+
+
+# --- reading the store ------------------------------------------------------------------------
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+    conn.execute("PRAGMA busy_timeout = 10000")
+    return conn
+
+
+def count_evaluations(path: Path) -> int:
+    """Evaluations recorded so far (0 before the store exists)."""
+    if not path.exists():
+        return 0
+    with contextlib.closing(_connect(path)) as conn:
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+        except sqlite3.OperationalError:  # schema not created yet
+            return 0
+
+
+def created_times(path: Path, where: str = "", params: Sequence[Any] = ()) -> list[tuple[float, Any]]:
+    """``(created_at as unix seconds, requests)`` of every evaluation (optionally filtered)."""
+    sql = "SELECT e.created_at, e.requests FROM evaluations e " + where
+    with contextlib.closing(_connect(path)) as conn:
+        rows = conn.execute(sql, tuple(params)).fetchall()
+    return [(datetime.fromisoformat(str(at)).timestamp(), requests) for at, requests in rows]
+
+
+# --- workloads --------------------------------------------------------------------------------
+
+
+def fill_backfill(broker_url: str, count: int, prefix: str, batch_size: int) -> float:
+    """Enqueue ``count`` distinct snapshots on the backfill lane, ``batch_size`` per message.
+
+    Returns the seconds it took. Figures fill the queue *before* starting the worker, so the
+    producer does not compete with the worker for the CPU while the worker is measured.
+    """
+    started = time.monotonic()
+    with Producer(broker_url) as producer:
+        producer.enqueue_many(
+            snapshots(count, prefix), lane=Lane.BACKFILL, batch_size=batch_size
+        )
+    return time.monotonic() - started
+
+
+def wait_recorded(path: Path, count: int, timeout_s: float, worker: Worker | None = None) -> float:
+    """Wait until ``count`` evaluations are recorded (raises if a worker died meanwhile)."""
+
+    def done() -> bool:
+        if worker is not None and worker.process.poll() is not None:
+            raise RuntimeError(f"worker exited ({worker.process.returncode}):\n{worker.log[-3000:]}")
+        return count_evaluations(path) >= count
+
+    return wait_for(done, timeout_s, f"{count} evaluations recorded", poll_s=0.25)

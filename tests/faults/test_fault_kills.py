@@ -1,0 +1,155 @@
+"""SIGKILL of worker process groups during a backfill on both lanes, and its negative control.
+
+The harness follows celery-notes §7.3: real workers in their own process groups, a real judge
+server, a real Redis; faults injected while judge requests are in flight; a bounded wait for
+recovery; then exact counts read from the store and a broker that holds nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from producer import LANE_QUEUES, Lane, Producer, Snapshot
+from tests.faults.conftest import StartWorker
+from tests.faults.fault_kit import (
+    SOAK,
+    evaluated_at_least,
+    recorded_requests,
+    redone,
+    report_row,
+    tally,
+    wait_drained,
+    wait_stable,
+)
+from tests.faults.fault_kit import evaluations_in as evaluations
+from tests.queue.queue_kit import example_snapshots, variants, wait_until
+from worker.judges._server import JudgeServer
+
+pytestmark = pytest.mark.services
+
+AGENT_METRICS = 7
+"""Results per evaluation of the ``agent`` metric set (one packed judge request each)."""
+BACKFILL_N = 10_000 if SOAK else 1_500
+KILLS = 6 if SOAK else 3
+BATCH = 5
+
+
+def _knobs(redis_url: str, store_url: str, judge: JudgeServer, **extra: str) -> dict[str, str]:
+    """A System One worker on the fake judge; VT just above the longest task (fast recovery)."""
+    return {
+        "broker_url": redis_url,
+        "store_url": store_url,
+        "judge": "systemone",
+        "judge_url": judge.base_url,
+        "judge_api_key": "fault-suite-key",
+        "thresholds": "0.2,0.8",
+        "restore_interval_s": "1",
+        **extra,
+    }
+
+
+def _split_lanes(prefix: str, count: int) -> tuple[list[Snapshot], list[Snapshot]]:
+    """``count`` distinct snapshots: half for the live lane, half for the backfill lane."""
+    base = example_snapshots()["order-42"]
+    live = variants(base, count // 2, f"{prefix}-live")
+    return live, variants(base, count - count // 2, f"{prefix}-backfill")
+
+
+def test_repeated_sigkill_during_backfill_on_both_lanes(
+    redis_url: str,
+    workdir: Path,
+    judge_server: JudgeServer,
+    start_worker: StartWorker,
+    producer_for: Callable[..., Producer],
+) -> None:
+    """Worker groups SIGKILLed again and again mid-run: every snapshot evaluated exactly once."""
+    judge_server.latency_ms = 20
+    store_url = f"sqlite:///{workdir / 'kills.db'}"
+    knobs = _knobs(
+        redis_url,
+        store_url,
+        judge_server,
+        budget_s="1",
+        concurrency="16",
+        batch_size=str(BATCH),
+        visibility_timeout_s="8",
+    )
+    workers = [start_worker(**knobs), start_worker(**knobs)]
+    live, backfill = _split_lanes("kill", BACKFILL_N)
+    producer = producer_for(redis_url, batch_size=str(BATCH))
+    producer.enqueue_many(live, lane=Lane.LIVE)
+    producer.enqueue_many(backfill, lane=Lane.BACKFILL, batch_size=BATCH)
+    expected = [s.snapshot_id for s in (*live, *backfill)]
+
+    for kill in range(KILLS):
+        mark = BACKFILL_N * (kill + 1) // (KILLS + 2)
+        wait_until(evaluated_at_least(store_url, mark), 120, f"{mark} evaluations")
+        workers.pop(0).kill_group()
+        workers.append(start_worker(**knobs))
+
+    recovery_s = 600.0 if SOAK else 120.0
+    wait_until(evaluated_at_least(store_url, BACKFILL_N), recovery_s, "every evaluation")
+    wait_drained(redis_url, 30)
+    counts = tally(store_url, expected, AGENT_METRICS)
+    extra = redone(judge_server.count, store_url, workers)
+    row = report_row(counts.counts(f"SIGKILL worker groups x{KILLS}, {BACKFILL_N}", extra))
+    assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
+    assert row.recorded == row.expected == BACKFILL_N
+    assert judge_server.count > recorded_requests(store_url), "kills must hit work in flight"
+    for worker in workers:
+        assert "INTERNAL_ERROR" not in worker.log
+
+
+def _early_ack_argv() -> list[str]:
+    queues = ",".join(LANE_QUEUES[lane] for lane in (Lane.LIVE, Lane.BACKFILL))
+    return [
+        *(sys.executable, "-m", "celery", "-A", "tests.faults.early_ack_app", "worker"),
+        *("--pool=threads", "--concurrency=16", f"--queues={queues}", "--loglevel=INFO"),
+        *("--without-gossip", "--without-mingle", "--hostname=early-ack@%h"),
+    ]
+
+
+@pytest.mark.parametrize("acks_late", [True, False], ids=["acks-late", "control-early-ack"])
+def test_sigkill_mid_judging_loses_work_only_without_acks_late(
+    acks_late: bool,
+    redis_url: str,
+    workdir: Path,
+    judge_server: JudgeServer,
+    start_worker: StartWorker,
+    producer_for: Callable[..., Producer],
+) -> None:
+    """Same kill, two configurations: shipped one loses nothing; acks_late off loses work.
+
+    The control proves that the counting can see loss: with early acks the messages of the
+    evaluations that were running when the group died are gone for good.
+    """
+    judge_server.latency_ms = 1500
+    store_url = f"sqlite:///{workdir / 'control.db'}"
+    knobs = _knobs(
+        redis_url, store_url, judge_server, budget_s="3", concurrency="16", batch_size="1"
+    )
+    knobs["visibility_timeout_s"] = "6"
+    argv = None if acks_late else _early_ack_argv()
+    first = start_worker(argv=argv, **knobs)
+    snapshots = variants(example_snapshots()["order-42"], 40, f"control-{acks_late}")
+    producer_for(redis_url).enqueue_many(snapshots, lane=Lane.LIVE)
+
+    wait_until(lambda: judge_server.count >= 16, 20, "16 judge requests in flight")
+    first.kill_group()  # each of them still has > 1 s to go: all 16 are mid-judging
+    second = start_worker(**knobs)
+    wait_drained(redis_url, 60)
+    wait_stable(lambda: evaluations(store_url), 30)
+
+    counts = tally(store_url, [s.snapshot_id for s in snapshots], AGENT_METRICS)
+    scenario = "SIGKILL mid-judging, acks_late " + ("on" if acks_late else "OFF (control)")
+    extra = redone(judge_server.count, store_url, [second])
+    row = report_row(counts.counts(scenario, extra), control=not acks_late)
+    assert (row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0)
+    if acks_late:
+        assert (row.lost, row.recorded) == (0, 40)
+    else:
+        assert row.lost >= 1, "early acks must lose the evaluations that were running"

@@ -1,0 +1,135 @@
+"""The broker goes away: Redis restarted (AOF on) mid-backfill, and unreachable for a live producer.
+
+Each scenario runs a Redis of its own (``worker.embedded.RedisServer``) so it can be stopped and
+started again on the same port without touching the session's shared server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from producer import Lane, Producer
+from producer._submitter import LiveSubmitter, RetryPolicy
+from tests.faults.conftest import StartWorker
+from tests.faults.fault_kit import SOAK, evaluated_at_least, redone, report_row, tally, wait_drained
+from tests.queue.queue_kit import example_snapshots, variants, wait_until
+from worker.embedded import RedisServer
+from worker.judges._server import JudgeServer
+
+pytestmark = pytest.mark.services
+
+AGENT_METRICS = 7
+RESTART_N = 5_000 if SOAK else 1_000
+LIVE_N = 2_000 if SOAK else 400
+OUTAGE_S = 2.0
+"""How long Redis stays down: a deliberate fault duration, not a synchronisation sleep."""
+BATCH = 5
+
+
+@pytest.fixture
+def aof_redis(workdir: Path) -> Iterator[RedisServer]:
+    """A Redis of this test only, with AOF on (appendfsync everysec), restartable on its port."""
+    server = RedisServer(workdir / "redis-aof", appendonly=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _knobs(redis_url: str, store_url: str, judge: JudgeServer) -> dict[str, str]:
+    return {
+        "broker_url": redis_url,
+        "store_url": store_url,
+        "judge": "systemone",
+        "judge_url": judge.base_url,
+        "judge_api_key": "fault-suite-key",
+        "thresholds": "0.2,0.8",
+        "budget_s": "1",
+        "concurrency": "16",
+        "batch_size": str(BATCH),
+        "visibility_timeout_s": "8",
+        "restore_interval_s": "1",
+    }
+
+
+def test_redis_restart_with_aof_mid_backfill(
+    aof_redis: RedisServer,
+    workdir: Path,
+    judge_server: JudgeServer,
+    start_worker: StartWorker,
+    producer_for: Callable[..., Producer],
+) -> None:
+    """Redis stopped and started (AOF, same port) mid-run: workers reconnect, nothing lost."""
+    judge_server.latency_ms = 20
+    store_url = f"sqlite:///{workdir / 'restart.db'}"
+    knobs = _knobs(aof_redis.url, store_url, judge_server)
+    workers = [start_worker(**knobs), start_worker(**knobs)]
+    base = example_snapshots()["order-42"]
+    live = variants(base, RESTART_N // 2, "aof-live")
+    backfill = variants(base, RESTART_N - RESTART_N // 2, "aof-backfill")
+    producer = producer_for(aof_redis.url, batch_size=str(BATCH))
+    producer.enqueue_many(live, lane=Lane.LIVE)
+    producer.enqueue_many(backfill, lane=Lane.BACKFILL, batch_size=BATCH)
+    producer.close()
+
+    wait_until(evaluated_at_least(store_url, RESTART_N // 4), 60, "a quarter evaluated")
+    aof_redis.stop()  # SIGTERM: Redis writes its AOF out and exits, like a service restart
+    time.sleep(OUTAGE_S)
+    aof_redis.start()
+
+    wait_until(evaluated_at_least(store_url, RESTART_N), 180, "every evaluation")
+    wait_drained(aof_redis.url, 30)
+    counts = tally(store_url, [s.snapshot_id for s in (*live, *backfill)], AGENT_METRICS)
+    row = report_row(
+        counts.counts(
+            f"Redis restart (AOF) mid-backfill, {RESTART_N}",
+            redone(judge_server.count, store_url, workers),
+        )
+    )
+    assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
+    assert row.recorded == RESTART_N
+    assert all(w.process.poll() is None for w in workers), "workers must survive the restart"
+
+
+def test_redis_unreachable_for_live_producer_buffers_and_delivers(
+    aof_redis: RedisServer,
+    workdir: Path,
+    judge_server: JudgeServer,
+    start_worker: StartWorker,
+    producer_for: Callable[..., Producer],
+) -> None:
+    """LiveSubmitter keeps submissions while Redis is down and delivers them all after it."""
+    judge_server.latency_ms = 5
+    store_url = f"sqlite:///{workdir / 'live.db'}"
+    worker = start_worker(**_knobs(aof_redis.url, store_url, judge_server))
+    snapshots = variants(example_snapshots()["care-no-tools"], LIVE_N, "live-outage")
+    producer = producer_for(aof_redis.url)
+    patient = RetryPolicy(attempts=10_000, timeout_s=120.0, wait_initial_s=0.05, wait_max_s=0.5)
+    submitter = LiveSubmitter(producer.send_batch, capacity=LIVE_N, batch_size=50, retry=patient)
+    try:
+        half = LIVE_N // 2
+        assert all(submitter.submit(s) for s in snapshots[:half])
+        assert submitter.flush(timeout_s=30)
+        aof_redis.stop()
+        assert all(submitter.submit(s) for s in snapshots[half:])  # never blocks, never refuses
+        time.sleep(OUTAGE_S)
+        down = submitter.stats()
+        aof_redis.start()
+        assert submitter.flush(timeout_s=60)
+    finally:
+        stats = submitter.close()
+    assert (down.sent, down.pending) == (half, LIVE_N - half), "nothing can be sent while down"
+    assert (stats.sent, stats.dropped, stats.pending) == (LIVE_N, 0, 0)
+
+    wait_until(evaluated_at_least(store_url, LIVE_N), 120, "every evaluation")
+    wait_drained(aof_redis.url, 30)
+    counts = tally(store_url, [s.snapshot_id for s in snapshots], AGENT_METRICS)
+    extra = redone(judge_server.count, store_url, [worker])
+    row = report_row(counts.counts(f"Redis down for a live producer, {LIVE_N}", extra))
+    assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
+    assert row.recorded == LIVE_N

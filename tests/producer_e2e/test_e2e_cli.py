@@ -1,0 +1,124 @@
+"""`evalq backfill` and `evalq outcome` as a user runs them: exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.producer.producer_kit import queue_length, queued_payloads, write_lines
+from tests.queue.queue_kit import REPO, wait_until, worker_env
+from worker.store import Store
+
+pytestmark = pytest.mark.services
+
+EVALQ = [sys.executable, "-m", "producer.cli"]
+
+
+def _evalq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EVALQ, *args],
+        env=worker_env(**env),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _outcome(event_id: str) -> str:
+    event = {"event_id": event_id, "trace_id": "t1", "name": "refund_reversed", "value": 1}
+    return json.dumps({**event, "observed_at": "2025-01-02T03:04:05Z"}) + "\n"
+
+
+def test_outcome_file_sends_valid_lines_and_names_each_bad_one(
+    workdir: Path, redis_url: str, store_url: str
+) -> None:
+    """Bad lines are reported as file:line: field: CODE; the others are sent; exit status 1."""
+    path = workdir / "outcomes.jsonl"
+    bad_time = _outcome("o3").replace("2025-01-02T03:04:05Z", "yesterday")
+    path.write_text(_outcome("o1") + "{not json\n" + bad_time + _outcome("o4"))
+    done = _evalq({"broker_url": redis_url, "store_url": store_url}, "outcome", str(path))
+    assert done.returncode == 1
+    assert "sent 2 outcome event(s); rejected lines: 2" in done.stdout
+    assert f"{path}:2: $: INVALID_JSON" in done.stderr
+    assert f"{path}:3: observed_at: INVALID_FIELD" in done.stderr
+    sent = [args[0]["event_id"] for args in queued_payloads(redis_url, "evalq.outcomes")]
+    assert sorted(sent) == ["o1", "o4"]
+
+
+def test_outcome_refuses_a_file_and_event_flags_together(
+    workdir: Path, redis_url: str, store_url: str
+) -> None:
+    """FILE and --event-id together are ambiguous: exit status 2 and nothing is sent."""
+    path = workdir / "outcomes.jsonl"
+    path.write_text(_outcome("o1"))
+    env = {"broker_url": redis_url, "store_url": store_url}
+    done = _evalq(env, "outcome", str(path), "--event-id", "x")
+    assert done.returncode == 2
+    assert queue_length(redis_url, "evalq.outcomes") == 0
+
+
+def test_backfill_with_bad_lines_reports_them_and_exits_1(
+    workdir: Path, redis_url: str, store_url: str
+) -> None:
+    """A rejected line is named (file, line, field); the rest is enqueued; exit status 1."""
+    path = workdir / "traces.jsonl"
+    bad = write_lines(path, 30, bad_every=10)
+    env = {"broker_url": redis_url, "store_url": store_url, "batch_size": "5"}
+    done = _evalq(env, "backfill", str(path), "--id", "bad-lines")
+    assert done.returncode == 1
+    assert f"enqueued {30 - bad}," in done.stdout
+    assert f"rejected lines {bad}," in done.stdout
+    assert f"{path.resolve()}:10: " in done.stderr
+    assert queue_length(redis_url, "evalq.backfill") == math.ceil((30 - bad) / 5)  # per message
+
+
+def test_backfill_resume_of_an_unknown_id_is_refused(
+    workdir: Path, redis_url: str, store_url: str
+) -> None:
+    """--resume with an id that has no checkpoints for these paths: exit 2, nothing enqueued."""
+    path = workdir / "traces.jsonl"
+    write_lines(path, 5)
+    env = {"broker_url": redis_url, "store_url": store_url}
+    done = _evalq(env, "backfill", str(path), "--resume", "never-ran")
+    assert done.returncode == 2
+    assert "UNKNOWN_BACKFILL" in done.stderr
+    assert queue_length(redis_url, "evalq.backfill") == 0
+
+
+def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
+    workdir: Path, redis_url: str, store_url: str, store: Store
+) -> None:
+    """SIGTERM mid-run: exit status 143 and ``--resume <id>`` on stderr; a resume finishes it."""
+    path = workdir / "traces.jsonl"
+    write_lines(path, 400)
+    env = {"broker_url": redis_url, "store_url": store_url}
+    args = ["backfill", str(path), "--batch-size", "20", "--rate", "200"]
+    running = subprocess.Popen(
+        [*EVALQ, *args, "--id", "term"],
+        env=worker_env(**env),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        source = str(path.resolve())
+        wait_until(lambda: store.latest_checkpoint("term", source) is not None, 30, "a checkpoint")
+        running.send_signal(signal.SIGTERM)
+        _, stderr = running.communicate(timeout=30)
+    finally:
+        running.kill()
+    assert running.returncode == 128 + signal.SIGTERM
+    assert "terminated; continue with --resume term" in stderr
+    resumed = _evalq(env, *args[:2], "--resume", "term")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "read 400," in resumed.stdout
+    assert "already sent 0," not in resumed.stdout

@@ -1,0 +1,57 @@
+"""`evalq status` against RabbitMQ: queue depth from a passive declare, workers via inspect."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection
+
+from producer import LANE_QUEUES, Lane, Producer
+from tests.queue.queue_kit import example_snapshots
+from tests.reporting.reporting_kit import evalq
+
+pytestmark = pytest.mark.services
+
+
+def _purge(amqp_url: str) -> None:
+    with Connection(amqp_url, connect_timeout=5) as conn:
+        for queue in LANE_QUEUES.values():
+            channel: Any = conn.channel()  # a kombu transport channel (untyped)
+            try:
+                channel.queue_purge(queue)
+            except conn.channel_errors:
+                pass  # never declared: nothing to purge
+            finally:
+                channel.close()
+
+
+@pytest.fixture
+def clean_amqp(amqp_url: str) -> Iterator[str]:
+    """The RabbitMQ URL with evalq's lane queues empty before and after the test."""
+    _purge(amqp_url)
+    try:
+        yield amqp_url
+    finally:
+        _purge(amqp_url)
+
+
+def test_status_reads_rabbitmq_queue_depth(clean_amqp: str, tmp_path: Path) -> None:
+    """Three snapshots published to the live lane show as depth 3; unacked and age are unknown."""
+    with Producer(clean_amqp) as producer:
+        producer.enqueue_many(list(example_snapshots().values())[:3], lane=Lane.LIVE)
+    done = evalq(
+        "status", "--json", broker_url=clean_amqp, store_url=f"sqlite:///{tmp_path / 's.db'}"
+    )
+    assert done.returncode == 0, done.stderr
+    broker = json.loads(done.stdout)["broker"]
+    assert broker["error"] is None
+    assert "guest:***@" in broker["url"]
+    depths = {lane["lane"]: lane["depth"] for lane in broker["queues"]["lanes"]}
+    assert depths["live"] == 3
+    live = next(lane for lane in broker["queues"]["lanes"] if lane["lane"] == "live")
+    assert (live["unacked"], live["oldest_age_s"]) == (None, None)
+    assert broker["workers"] is not None  # inspect answered (over the broker), whoever is online
