@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -82,7 +82,9 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.02) -> float:
+def wait_for(
+    predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.02
+) -> float:
     """Poll until ``predicate()``; return the seconds it took, or raise naming ``what``."""
     started = time.monotonic()
     while not predicate():
@@ -237,7 +239,9 @@ class Worker:
 
         def ready() -> bool:
             if self.process.poll() is not None:
-                raise RuntimeError(f"worker exited ({self.process.returncode}):\n{self.log[-3000:]}")
+                raise RuntimeError(
+                    f"worker exited ({self.process.returncode}):\n{self.log[-3000:]}"
+                )
             replies = app.control.ping(timeout=0.3)
             prefix = f"{self.name_prefix}@"
             return any(name.startswith(prefix) for reply in replies or [] for name in reply)
@@ -305,8 +309,10 @@ class Bench:
         """Start ``python -m worker.judges._server`` with ``latency_ms``; returns its base URL."""
         env = {**os.environ, "BENCH_JUDGE_KEY": API_KEY}
         process = subprocess.Popen(
-            [sys.executable, "-m", "worker.judges._server", "--port", "0"]
-            + ["--latency-ms", f"{latency_ms}", "--api-key-env", "BENCH_JUDGE_KEY"],
+            [
+                *(sys.executable, "-m", "worker.judges._server", "--port", "0"),
+                *("--latency-ms", f"{latency_ms}", "--api-key-env", "BENCH_JUDGE_KEY"),
+            ],
             env=env,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -318,7 +324,7 @@ class Bench:
             raise RuntimeError("the judge server did not start")
         return match.group(1).decode()
 
-    def worker_env(self, judge_url: str | None, **settings: Any) -> dict[str, str]:
+    def worker_env(self, judge_url: str | None, settings: Mapping[str, Any]) -> dict[str, str]:
         """Environment of a worker: this one without ``EVALQ_*``, plus the bench's settings."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALQ_", "TYPESAFE_"))}
         values: dict[str, Any] = {
@@ -335,12 +341,19 @@ class Bench:
         return env
 
     def worker(
-        self, judge_url: str | None, *, argv: list[str] | None = None, **settings: Any
+        self,
+        judge_url: str | None,
+        settings: Mapping[str, Any],
+        argv: list[str] | None = None,
     ) -> Worker:
-        """Start a worker process (not waited for: call :meth:`Worker.wait_ready`)."""
+        """Start a worker process with ``EVALQ_*`` ``settings`` (not waited for).
+
+        ``argv`` replaces ``python -m worker`` (the no-op baseline). Call
+        :meth:`Worker.wait_ready` when the figure needs the worker consuming before it goes on.
+        """
         index = len(self._stops)
         log = self.directory / f"worker-{index}.log"
-        worker = Worker(self.worker_env(judge_url, **settings), log, argv)
+        worker = Worker(self.worker_env(judge_url, settings), log, argv)
         self._stops.append(worker.stop)
         return worker
 
@@ -375,7 +388,9 @@ def count_evaluations(path: Path) -> int:
             return 0
 
 
-def created_times(path: Path, where: str = "", params: Sequence[Any] = ()) -> list[tuple[float, Any]]:
+def created_times(
+    path: Path, where: str = "", params: Sequence[Any] = ()
+) -> list[tuple[float, Any]]:
     """``(created_at as unix seconds, requests)`` of every evaluation (optionally filtered)."""
     sql = "SELECT e.created_at, e.requests FROM evaluations e " + where
     with contextlib.closing(_connect(path)) as conn:
@@ -394,9 +409,7 @@ def fill_backfill(broker_url: str, count: int, prefix: str, batch_size: int) -> 
     """
     started = time.monotonic()
     with Producer(broker_url) as producer:
-        producer.enqueue_many(
-            snapshots(count, prefix), lane=Lane.BACKFILL, batch_size=batch_size
-        )
+        producer.enqueue_many(snapshots(count, prefix), lane=Lane.BACKFILL, batch_size=batch_size)
     return time.monotonic() - started
 
 
@@ -405,7 +418,9 @@ def wait_recorded(path: Path, count: int, timeout_s: float, worker: Worker | Non
 
     def done() -> bool:
         if worker is not None and worker.process.poll() is not None:
-            raise RuntimeError(f"worker exited ({worker.process.returncode}):\n{worker.log[-3000:]}")
+            raise RuntimeError(
+                f"worker exited ({worker.process.returncode}):\n{worker.log[-3000:]}"
+            )
         return count_evaluations(path) >= count
 
     return wait_for(done, timeout_s, f"{count} evaluations recorded", poll_s=0.25)

@@ -1,6 +1,6 @@
 """P1: end to end against a 100 ms judge with 64 requests in flight in ONE worker process.
 
-Ideal = in-flight / latency = 64 / 0.1 s = 640 judge requests/s. Measured = evaluations/s ×
+Ideal = in-flight / latency = 64 / 0.1 s = 640 judge requests/s. Measured = evaluations/s x
 judge requests per evaluation (read back from the store: the ``agent`` set packs the base trace
 into exactly one request, and the figure checks it). The backfill queue is filled first, then one
 worker (``EVALQ_CONCURRENCY=64``, backfill batches) drains it through the real path: broker →
@@ -36,11 +36,11 @@ TARGET = 0.70
 
 def run(quick: bool) -> list[Row]:
     """Measure P1 once; one table row."""
-    count = 192 if quick else 8000
+    count = 96 if quick else 8000
     with Bench("p1") as bench:
         judge_url = bench.judge_server(LATENCY_MS)
         fill_backfill(bench.broker_url, count, "p1", BACKFILL.batch_size)
-        worker = bench.worker(judge_url, lanes="backfill", **BACKFILL.env(IN_FLIGHT))
+        worker = bench.worker(judge_url, {"lanes": "backfill", **BACKFILL.env(IN_FLIGHT)})
         wait_recorded(bench.store_path, count, timeout_s=60 + count / 50, worker=worker)
         rows = created_times(bench.store_path)
     per_evaluation = sum(requests for _, requests in rows) / len(rows)

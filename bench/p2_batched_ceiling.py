@@ -47,7 +47,7 @@ TARGET = 1.3
 
 def noop_ceiling(bench: Bench, count: int) -> float:
     """Drain rate (messages/s) of ``count`` one-task-per-message no-ops under evalq's settings."""
-    env = bench.worker_env(None, lanes="backfill", **LIVE.env(IN_FLIGHT))
+    env = bench.worker_env(None, {"lanes": "backfill", **LIVE.env(IN_FLIGHT)})
     settings = load_settings(
         **{k.removeprefix("EVALQ_").lower(): v for k, v in env.items() if k.startswith("EVALQ_")}
     )
@@ -58,7 +58,7 @@ def noop_ceiling(bench: Bench, count: int) -> float:
     app.close()
     argv = [sys.executable, "-m", "celery", "-A", "bench._noop_app"]
     argv += worker_argv(settings, "noop-bench@%h")
-    bench.worker(None, argv=argv, lanes="backfill", **LIVE.env(IN_FLIGHT))
+    bench.worker(None, {"lanes": "backfill", **LIVE.env(IN_FLIGHT)}, argv)
     client = bench.redis_client()
     samples: list[tuple[float, int]] = []
     deadline = time.monotonic() + 60 + count / 100
@@ -79,7 +79,7 @@ def evalq_rate(bench: Bench, count: int) -> tuple[float, int]:
     """Evaluations/s of the real worker draining ``count`` snapshots in backfill batches."""
     judge_url = bench.judge_server(0.0)
     fill_backfill(bench.broker_url, count, "p2", BACKFILL.batch_size)
-    worker = bench.worker(judge_url, lanes="backfill", **BACKFILL.env(IN_FLIGHT))
+    worker = bench.worker(judge_url, {"lanes": "backfill", **BACKFILL.env(IN_FLIGHT)})
     wait_recorded(bench.store_path, count, timeout_s=60 + count / 50, worker=worker)
     rows = created_times(bench.store_path)
     return middle_rate([at for at, _ in rows]), len(rows)
@@ -87,7 +87,7 @@ def evalq_rate(bench: Bench, count: int) -> tuple[float, int]:
 
 def run(quick: bool) -> list[Row]:
     """Measure the baseline and P2 in the same run; one table row."""
-    noop_count, count = (300, 192) if quick else (6000, 8000)
+    noop_count, count = (100, 64) if quick else (6000, 8000)
     with Bench("p2-noop") as bench:
         baseline = noop_ceiling(bench, noop_count)
     with Bench("p2") as bench:

@@ -22,11 +22,13 @@ A report that includes a synthetic-judge evaluation carries a SYNTHETIC banner a
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 
 from producer._report import (
     Calibration,
+    CoverageSeries,
     EvalReport,
     GoldReport,
     Latency,
@@ -256,53 +258,67 @@ def _time_label(value: datetime, bucket_s: int) -> str:
     return value.strftime("%Y-%m-%d" if bucket_s >= 86400 else "%Y-%m-%d %H:%M UTC")
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """A plot area: left x, top y, width and height in SVG pixels."""
+
+    x0: float
+    top: float
+    width: float
+    height: float
+
+
+def _percent_rows(frame: _Frame) -> str:
+    parts = []
+    for tick in (0, 25, 50, 75, 100):
+        y = frame.top + frame.height * (1 - tick / 100)
+        parts.append(_line(frame.x0, y, frame.x0 + frame.width, y, "#e0e0e0"))
+        parts.append(_text(frame.x0 - 6, y + 4, f"{tick}%", "end"))
+    return "".join(parts)
+
+
+def _series_marks(
+    series: CoverageSeries, xs: dict[datetime, float], frame: _Frame, color: str
+) -> str:
+    points = [
+        (xs[p.start], frame.top + frame.height * (1 - p.decided / p.results), p)
+        for p in series.points
+        if p.results
+    ]
+    parts = []
+    if len(points) > 1:
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+    for x, y, p in points:
+        tip = _e(f"{series.value}: {p.decided}/{p.results} decided")
+        parts.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"><title>{tip}</title></circle>'
+        )
+    return "".join(parts)
+
+
 def coverage_time_svg(coverage: SliceCoverage) -> str:
     """Scorable coverage per slice value, one line per value over the time buckets."""
     title = f"Scorable coverage by {coverage.slice_by} over time"
     starts = sorted({p.start for s in coverage.series for p in s.points})
     if not starts:
         return _empty("plot-coverage-time", title, "no results in scope")
-    x0, plot_w, top, plot_h = 60.0, _WIDTH - 90.0, 10.0, 160.0
-    span = max(len(starts) - 1, 1)
-    index = {start: i for i, start in enumerate(starts)}
-    parts = []
-    for tick in (0, 25, 50, 75, 100):
-        y = top + plot_h * (1 - tick / 100)
-        parts.append(_line(x0, y, x0 + plot_w, y, "#e0e0e0"))
-        parts.append(_text(x0 - 6, y + 4, f"{tick}%", "end"))
+    frame = _Frame(x0=60.0, top=10.0, width=_WIDTH - 90.0, height=160.0)
+    step = frame.width / max(len(starts) - 1, 1)
+    single = len(starts) == 1
+    xs = {t: frame.x0 + (frame.width / 2 if single else i * step) for i, t in enumerate(starts)}
+    parts = [_percent_rows(frame)]
     for n, series in enumerate(coverage.series):
-        color = _PALETTE[n % len(_PALETTE)]
-        points = [
-            (
-                x0 + (plot_w * index[p.start] / span if len(starts) > 1 else plot_w / 2),
-                top + plot_h * (1 - p.decided / p.results),
-                p,
-            )
-            for p in series.points
-            if p.results
-        ]
-        if len(points) > 1:
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points)
-            parts.append(
-                f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>'
-            )
-        for x, y, p in points:
-            tip = f"{series.value}: {p.decided}/{p.results} decided"
-            parts.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"><title>{_e(tip)}</title>'
-                "</circle>"
-            )
-    base = top + plot_h
-    parts.append(_text(x0, base + 16, _time_label(starts[0], coverage.bucket_s)))
-    if len(starts) > 1:
-        parts.append(
-            _text(x0 + plot_w, base + 16, _time_label(starts[-1], coverage.bucket_s), "end")
-        )
+        parts.append(_series_marks(series, xs, frame, _PALETTE[n % len(_PALETTE)]))
+    base = frame.top + frame.height
+    parts.append(_text(frame.x0, base + 16, _time_label(starts[0], coverage.bucket_s)))
+    if not single:
+        last = _time_label(starts[-1], coverage.bucket_s)
+        parts.append(_text(frame.x0 + frame.width, base + 16, last, "end"))
     legend = [(s.value, _PALETTE[n % len(_PALETTE)]) for n, s in enumerate(coverage.series)]
-    parts.append(_legend(legend, base + 40, x0))
-    parts.append(
-        _text(_WIDTH - 10, base + 40, f"bucket {coverage.bucket_s // 60} min", "end", 'fill="#777"')
-    )
+    parts.append(_legend(legend, base + 40, frame.x0))
+    bucket = f"bucket {coverage.bucket_s // 60} min"
+    parts.append(_text(_WIDTH - 10, base + 40, bucket, "end", 'fill="#777"'))
     return _svg("plot-coverage-time", title, int(base + 52), "".join(parts))
 
 

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from ._redaction import Redactor, apply_redaction
 from ._sampling import Sampler, replace_fields
@@ -54,7 +54,6 @@ log = logging.getLogger("evalq.producer.observe")
 
 MODES = ("off", "shadow")
 _SDKS = ("openai", "anthropic")
-_P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
@@ -214,7 +213,9 @@ class Observation:
             return
         self.record_request(messages, kwargs.get("tools"), system=kwargs.get("system"))
 
-    def call(self, create: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    # Callable[..., R], not a ParamSpec: the SDKs' create() methods are overloaded, and a
+    # ParamSpec would bind to one overload and reject the others' arguments.
+    def call(self, create: Callable[..., _R], /, *args: Any, **kwargs: Any) -> _R:
         """``create(*args, **kwargs)`` (an SDK ``create``), recorded; its result returned as is."""
         self._record_call(kwargs)
         result = create(*args, **kwargs)
@@ -222,7 +223,7 @@ class Observation:
         return result
 
     async def acall(
-        self, create: Callable[_P, Awaitable[_R]], /, *args: _P.args, **kwargs: _P.kwargs
+        self, create: Callable[..., Awaitable[_R]], /, *args: Any, **kwargs: Any
     ) -> _R:
         """Async twin of :meth:`call` (``AsyncOpenAI`` / ``AsyncAnthropic`` clients)."""
         self._record_call(kwargs)

@@ -33,6 +33,8 @@ from typing import Any, Self
 
 from celery import Celery
 from kombu import Exchange, Queue
+from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
+from kombu.utils.json import dumps as json_dumps
 
 from ._sampling import Sampler
 from ._submitter import LiveSubmitter, RetryPolicy, SubmitterStats
@@ -48,7 +50,13 @@ from .snapshot import (
     Snapshot,
 )
 
-__all__ = ["LANE_EXCHANGE", "Producer", "lane_queues", "live_transport_options"]
+__all__ = [
+    "LANE_EXCHANGE",
+    "PIPELINE_OPERATIONS",
+    "Producer",
+    "lane_queues",
+    "live_transport_options",
+]
 
 LANE_EXCHANGE = "evalq"
 """One direct exchange; each lane queue is bound with its own name as routing key."""
@@ -96,6 +104,40 @@ def _celery(broker_url: str, transport_options: Mapping[str, Any], **extra: Any)
         **extra,
     )
     return app
+
+
+PIPELINE_OPERATIONS = 64
+"""Publishes (and task-sent events) buffered per Redis pipeline by the bulk paths."""
+_ENCODED = "evalq-encoded-json"
+
+
+class _Encoded(str):
+    """A task argument that is JSON text already: spliced into the body verbatim."""
+
+    __slots__ = ()
+
+
+def _encode_body(body: Any) -> str:
+    """Celery's ``(args, kwargs, embed)`` as JSON, an :class:`_Encoded` argument spliced in.
+
+    The result is the very JSON ``kombu``'s json serializer would write for the decoded value,
+    so workers (``accept_content=["json"]``) decode it like any other message.
+    """
+    if isinstance(body, tuple) and len(body) == 3:
+        args, kwargs, embed = body
+        if len(args) == 1 and isinstance(args[0], _Encoded):
+            return f"[[{args[0]}],{json_dumps(kwargs)},{json_dumps(embed)}]"
+    return str(json_dumps(body))
+
+
+def _install_encoder() -> None:
+    # An encoder only: decoding stays kombu's json (the content type is application/json), and
+    # the content type keeps mapping to the name "json" for everything that looks it up.
+    registry.register(_ENCODED, _encode_body, None, "application/json", "utf-8")
+    registry.type_to_name["application/json"] = "json"
+
+
+_install_encoder()
 
 
 def _chunks(items: Iterable[Snapshot], size: int) -> Iterator[list[Snapshot]]:
@@ -155,6 +197,7 @@ class Producer:
         producer: Any = None,
         *,
         app: Celery | None = None,
+        serializer: str | None = None,
     ) -> None:
         (app or self._app).send_task(
             name,
@@ -164,6 +207,7 @@ class Producer:
             argsrepr=label,
             kwargsrepr="{}",
             headers={ENQUEUED_AT_HEADER: time.time()},
+            serializer=serializer,
         )
 
     def enqueue(self, snapshot: Snapshot, *, lane: Lane | str | None = None) -> str:
@@ -183,29 +227,64 @@ class Producer:
         """Send many snapshots over one connection; ``batch_size > 1`` packs them per message.
 
         Batching (at most the worker's ``EVALQ_BATCH_SIZE``) is meant for the backfill lane.
-        Returns the snapshot ids in input order.
+        Returns the snapshot ids in input order. Computing an id costs a canonical JSON of the
+        snapshot: a bulk backfill that does not need them sends with :meth:`send_many`.
         """
+        ids: list[str] = []
+        self._publish(snapshots, lane, batch_size, ids)
+        return ids
+
+    def send_many(
+        self,
+        snapshots: Iterable[Snapshot],
+        *,
+        lane: Lane | str | None = None,
+        batch_size: int = 1,
+    ) -> int:
+        """:meth:`enqueue_many` without computing the ids (the workers do): the bulk path.
+
+        Returns how many snapshots were sent. Measured (``bench/p3_producer.py``): with batches of
+        32 this enqueues more than 15x the snapshots per second of ``apply_async`` one by one.
+        """
+        return self._publish(snapshots, lane, batch_size, None)
+
+    def _publish(
+        self,
+        snapshots: Iterable[Snapshot],
+        lane: Lane | str | None,
+        batch_size: int,
+        ids: list[str] | None,
+    ) -> int:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        ids: list[str] = []
-        with self._app.producer_or_acquire() as producer:
+        sent = 0
+        # Producer.batch pipelines the publishes (and their task-sent events): one Redis round
+        # trip per PIPELINE_OPERATIONS instead of one, plus a new redis client object, per message.
+        with (
+            self._app.producer_or_acquire() as producer,
+            producer.batch(max_size=PIPELINE_OPERATIONS),
+        ):
             for chunk in _chunks(snapshots, batch_size):
-                ids.extend(self._send_chunk(chunk, lane, batch_size, producer))
-        return ids
+                if ids is not None:
+                    ids.extend(s.snapshot_id for s in chunk)
+                self._send_chunk(chunk, lane, batch_size, producer)
+                sent += len(chunk)
+        return sent
 
     def _send_chunk(
         self, chunk: list[Snapshot], lane: Lane | str | None, batch_size: int, producer: Any
-    ) -> list[str]:
-        ids = [s.snapshot_id for s in chunk]
+    ) -> None:
         queue = LANE_QUEUES[Lane(lane) if lane else chunk[0].sampling.lane]
+        first = chunk[0].snapshot_id[:16]
+        # pydantic serializes each snapshot to JSON text in Rust (several times faster than
+        # wire() + json.dumps); the texts are spliced into the message body as they are.
         if batch_size == 1:
-            payload: Any = chunk[0].wire()
-            label = f"[snapshot {ids[0][:16]}]"
+            payload = _Encoded(chunk[0].model_dump_json())
+            label = f"[snapshot {first}]"
         else:
-            payload = [s.wire() for s in chunk]
-            label = f"[{len(chunk)} snapshots {ids[0][:16]}…]"
-        self._send(EVALUATE_TASK, payload, queue, label, producer)
-        return ids
+            payload = _Encoded("[" + ",".join(s.model_dump_json() for s in chunk) + "]")
+            label = f"[{len(chunk)} snapshots {first}…]"
+        self._send(EVALUATE_TASK, payload, queue, label, producer, serializer=_ENCODED)
 
     def send_batch(self, snapshots: Sequence[Snapshot]) -> None:
         """Send each snapshot on its own lane (the ``LiveSubmitter`` send hook)."""

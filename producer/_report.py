@@ -1146,19 +1146,27 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value * 100:.1f}%"
 
 
+def _short(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.0f}"
+
+
 def _rate(rate: Rate) -> str:
+    """``83% [44-97] 5/6``: estimate, Wilson 95 % bounds (percent), counts."""
     if rate.value is None:
-        return f"— (0/{rate.denominator})"
-    return (
-        f"{_pct(rate.value)} [{_pct(rate.low)}, {_pct(rate.high)}] "
-        f"({rate.numerator}/{rate.denominator})"
-    )
+        return f"— 0/{rate.denominator}"
+    bounds = f"[{_short(rate.low)}-{_short(rate.high)}]"
+    return f"{_short(rate.value)}% {bounds} {rate.numerator}/{rate.denominator}"
 
 
 def _weighted(rate: WeightedRate | None) -> str:
     if rate is None or rate.value is None:
         return "—"
-    return f"{_pct(rate.value)} [{_pct(rate.low)}, {_pct(rate.high)}] n_eff={rate.effective_n:.1f}"
+    bounds = f"[{_short(rate.low)}-{_short(rate.high)}]"
+    return f"{_short(rate.value)}% {bounds} n_eff {rate.effective_n:.1f}"
+
+
+def _key_column(table: Table, name: str) -> None:
+    table.add_column(name, no_wrap=True)
 
 
 def _pairs(counts: Mapping[str, int]) -> str:
@@ -1190,46 +1198,51 @@ def _header(report: EvalReport) -> RenderableType:
 
 
 def _metrics_table(report: EvalReport) -> Table:
-    table = Table("metric", "by status", "pass rate (DECIDED)", "scorable coverage", "missing ev.")
+    table = Table(title="Metrics (rate% [95% interval] count)")
+    _key_column(table, "metric")
+    for name in ("pass rate (DECIDED)", "scorable coverage", "missing evidence"):
+        table.add_column(name)
     if report.weighted:
         table.add_column("weighted pass rate")
         table.add_column("weighted coverage")
     for metric_id, m in report.metrics.items():
-        cells = [
-            metric_id,
-            _pairs(m.by_status),
-            _rate(m.pass_rate),
-            _rate(m.coverage),
-            _pct(m.missing_evidence.value),
-        ]
+        cells = [metric_id, _rate(m.pass_rate), _rate(m.coverage), _rate(m.missing_evidence)]
         if report.weighted:
             w = m.weighted
             cells += [_weighted(w.pass_rate if w else None), _weighted(w.coverage if w else None)]
         table.add_row(*cells)
-    table.title = "Metrics"
     return table
 
 
 def _reasons_table(report: EvalReport) -> Table:
-    table = Table("metric", "by reason", title="Reasons")
+    table = Table(title="Statuses and reasons")
+    _key_column(table, "metric")
+    table.add_column("by status")
+    table.add_column("by reason")
     for metric_id, m in report.metrics.items():
-        table.add_row(metric_id, _pairs(m.by_reason))
+        table.add_row(metric_id, _pairs(m.by_status), _pairs(m.by_reason))
     return table
 
 
 def _gold_tables(gold: GoldReport) -> list[RenderableType]:
     columns = ("total", "labelled", "correct", "incorrect", "inconclusive", "skipped", "errors")
-    short = ("total", "lab.", "ok", "wrong", "incon.", "skip", "err", "unsc.", "accuracy")
-    table = Table("scenario", "metric", *short, title="Against gold (§F: accuracy = ok / lab.)")
-    groups = [("(all)", gold.metrics), *gold.scenarios.items()]
+    table = Table(
+        title=f"Against gold labels (scenario = {gold.scenario_by})",
+        caption="n total, lab labelled, ok correct, bad incorrect, abs inconclusive, skp skipped,"
+        " err errors, uns unscored; acc = ok / lab (jev-semantics §F)",
+    )
+    _key_column(table, "scenario / metric")
+    for name in ("n", "lab", "ok", "bad", "abs", "skp", "err", "uns", "acc"):
+        table.add_column(name, justify="right", no_wrap=True)
     labelled = {m for m, s in gold.metrics.items() if s.labelled}
-    for scenario, summaries in groups:
+    for scenario, summaries in [("(all)", gold.metrics), *gold.scenarios.items()]:
+        table.add_row(Text(scenario, style="bold"), end_section=False)
         for metric_id, s in summaries.items():
             if metric_id not in labelled:
                 continue  # metrics without labels: JSON only
-            accuracy = _pct(s.accuracy) if s.labelled else "—"
+            accuracy = f"{_short(s.accuracy)}%" if s.labelled else "—"
             values = [str(getattr(s, c)) for c in (*columns, "unscored")]
-            table.add_row(scenario, metric_id, *values, accuracy)
+            table.add_row(f"  {metric_id}", *values, accuracy)
     out: list[RenderableType] = [table]
     for metric_id, c in gold.confusion.items():
         matrix = Table(f"{metric_id}: expected \\ actual", *c.actual, title="Confusion")

@@ -21,10 +21,10 @@ the half-closed channel to restore its unacked messages, which raises ``Attribut
 connection parameters left). Celery treats that as an unrecoverable error and the whole worker
 exits. The close is best-effort here instead: the unacked messages stay in Redis's ``unacked``
 hash and come back after the visibility timeout, and the consumer reconnects as usual. For the
-same reason a task that was running (or reserved) when the connection was lost must not ack on
-the dead channel when it finishes — the threads pool cannot cancel it, as Celery would — so such
-requests are marked done with the broker: their messages are redelivered, and the store's
-idempotency makes the second delivery write nothing.
+same reason a task that was running when the connection was lost (the threads pool cannot cancel
+it, as Celery would) must not ack on the dead channel when it finishes: acks and rejects on that
+channel are skipped, the message is redelivered, and the store's idempotency makes the second
+delivery write nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.worker import state as worker_state
 from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed
 from kombu.message import Message
@@ -95,8 +94,22 @@ def dead_letter(message: Message, reason: str, settings: Settings | None = None)
     return True
 
 
-def _best_effort_close(connection: Any) -> None:
-    """Make ``connection.close()`` swallow kombu's ``AttributeError`` on a half-closed channel."""
+def _skipped(kind: str) -> Any:
+    def skip(*_: Any, **__: Any) -> None:
+        _log.info("%s on a lost broker connection skipped; the message is redelivered", kind)
+
+    return skip
+
+
+def _retire(connection: Any, channels: list[Any]) -> None:
+    """Make a lost connection safe to abandon (see the module docstring).
+
+    Late acks and rejects on its channels become no-ops (the message stays with the broker and is
+    redelivered), and ``close()`` swallows kombu's ``AttributeError`` on a half-closed channel.
+    """
+    for channel in {id(c): c for c in channels if c is not None}.values():
+        channel.basic_ack = _skipped("ack")
+        channel.basic_reject = _skipped("reject")
     close = connection.close
 
     def close_quietly() -> None:
@@ -112,26 +125,19 @@ def _best_effort_close(connection: Any) -> None:
     connection.close = close_quietly
 
 
-def _leave_to_the_broker() -> int:
-    """Stop requests of the lost connection from acking on it later; returns how many."""
-    known = {id(r): r for r in (*worker_state.active_requests, *worker_state.requests.values())}
-    left = [r for r in known.values() if r.task.acks_late and not r.acknowledged]
-    for request in left:
-        request.acknowledged = True  # the message stays unacked in the broker: redelivered
-    return len(left)
-
-
 class DeadLetterConsumer(Consumer):
     """``worker_consumer``: dead-letters undecodable, disallowed, unknown and invalid messages."""
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         """Celery's reconnect path, with the old connection closed best-effort (see module)."""
         if self.connection is not None:
-            _best_effort_close(self.connection)
+            consumer = getattr(self, "task_consumer", None)
+            channels = [
+                getattr(self.connection, "_default_channel", None),
+                getattr(consumer, "channel", None),
+            ]
+            _retire(self.connection, channels)
         super().on_connection_error_after_connected(exc)
-        left = _leave_to_the_broker()
-        if left:
-            _log.warning("%d message(s) of the lost connection left to redelivery", left)
 
     def _dead_letter(self, message: Message, reason: str) -> None:
         dead_letter(message, reason, getattr(self.app, "settings", None))

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from producer import ImportErrorReport, Lane, OutcomeEvent, Producer, Snapshot, read_snapshots
 from producer._report import ReportScope, build_report
-from producer.snapshot import WindowViolation
+from producer.snapshot import SamplingTally, WindowViolation
 from worker import signals
 from worker.app import broker_transport_options, create_app
 from worker.embedded import RedisServer
@@ -159,6 +159,13 @@ def _as_outcome(item: Any) -> OutcomeEvent | None:
         return None
 
 
+def _as_tally(item: Any) -> SamplingTally | None:
+    try:
+        return SamplingTally.model_validate(item)
+    except ValidationError:
+        return None
+
+
 def _redrive_one(dead: DeadLetter, producer: Producer, batch_size: int) -> bool:
     """Re-enqueue one dead letter if its payload decodes now; True if it was sent."""
     if dead.truncated:
@@ -175,6 +182,10 @@ def _redrive_one(dead: DeadLetter, producer: Producer, batch_size: int) -> bool:
     event = _as_outcome(item)
     if event is not None:
         producer.outcome(event)
+        return True
+    tally = _as_tally(item)
+    if tally is not None:
+        producer.send_tally(tally)
         return True
     return False
 

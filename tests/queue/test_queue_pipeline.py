@@ -17,6 +17,7 @@ from kombu import Producer as KombuProducer
 
 from producer import EVALUATE_TASK, LANE_QUEUES, Lane, OutcomeEvent, Producer, Snapshot
 from producer._producer import LANE_EXCHANGE
+from producer.snapshot import SamplingTally, TallyRow
 from tests.queue.queue_kit import WorkerProcess, example_snapshots, wait_until
 from worker.embedded import free_port
 from worker.judges._server import JudgeServer
@@ -219,19 +220,27 @@ def test_redrive_reenqueues_dead_letters_that_decode_now(
     producer_for: Callable[..., Producer],
     open_test_store: Callable[[str], Store],
 ) -> None:
-    """An unknown-task message with a valid snapshot is redriven and evaluated; garbage stays."""
+    """Unknown-task messages holding a snapshot or a tally are redriven and land; garbage stays."""
     start_worker(broker_url=redis_url, store_url=sqlite_url)
     snapshot = example_snapshots()["order-42"]
+    now = datetime.now(UTC)
+    row = TallyRow(rule="r", rate=0.5, lane=Lane.LIVE, seen=4, sampled=1)
+    tally = SamplingTally(
+        tally_id="t-redrive", producer="p", started_at=now, ended_at=now, rows=(row,)
+    )
     producer = producer_for(redis_url)
     producer.send_raw("evalq.evaluate_v0", snapshot.wire(), lane=Lane.LIVE)
+    producer.send_raw("evalq.sampling_tally_v0", tally.wire(), lane=Lane.OUTCOMES)
     _publish_raw(redis_url, "not json at all", "application/json", EVALUATE_TASK)
     store = open_test_store(sqlite_url)
-    wait_until(lambda: len(store.open_dead_letters()) == 2, 20, "two dead letters")
+    wait_until(lambda: len(store.open_dead_letters()) == 3, 20, "three dead letters")
     assert {d.reason for d in store.open_dead_letters()} == {"UNKNOWN_TASK", "UNDECODABLE"}
 
     summary = redrive(store, producer, batch_size=4)
-    assert (summary.examined, summary.redriven, summary.still_invalid) == (2, 1, 1)
+    assert (summary.examined, summary.redriven, summary.still_invalid) == (3, 2, 1)
     wait_until(lambda: store.count_evaluations() == 1, 20, "the redriven evaluation")
+    wait_until(lambda: len(store.sampled_out_counts()) == 1, 20, "the redriven tally")
+    assert store.sampled_out_counts()[0].sampled_out == 3
     assert _only_evaluation(store).record.snapshot_id == snapshot.snapshot_id
     assert [d.reason for d in store.open_dead_letters()] == ["UNDECODABLE"]
     assert redrive(store, producer, reason="UNKNOWN_TASK").examined == 0

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from kombu import Connection
@@ -15,6 +19,14 @@ from tests.queue.queue_kit import example_snapshots
 from tests.reporting.reporting_kit import evalq
 
 pytestmark = pytest.mark.services
+
+
+def _ctl(*args: str) -> bool:
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        return False
+    done = subprocess.run([ctl, *args], capture_output=True, timeout=60, check=False)
+    return done.returncode == 0
 
 
 def _purge(amqp_url: str) -> None:
@@ -30,8 +42,19 @@ def _purge(amqp_url: str) -> None:
 
 
 @pytest.fixture
-def clean_amqp(amqp_url: str) -> Iterator[str]:
-    """The RabbitMQ URL with evalq's lane queues empty before and after the test."""
+def private_amqp(amqp_url: str) -> Iterator[str]:
+    """A vhost of this test's own (rabbitmqctl), so no other suite's worker touches its queues.
+
+    Where rabbitmqctl cannot be used, the default vhost with evalq's lane queues purged.
+    """
+    vhost = f"evalq-status-{uuid.uuid4().hex[:8]}"
+    if _ctl("add_vhost", vhost) and _ctl("set_permissions", "-p", vhost, "guest", *[".*"] * 3):
+        parts = urlsplit(amqp_url)
+        try:
+            yield urlunsplit((parts.scheme, parts.netloc, f"/{vhost}", "", ""))
+        finally:
+            _ctl("delete_vhost", vhost)
+        return
     _purge(amqp_url)
     try:
         yield amqp_url
@@ -39,12 +62,12 @@ def clean_amqp(amqp_url: str) -> Iterator[str]:
         _purge(amqp_url)
 
 
-def test_status_reads_rabbitmq_queue_depth(clean_amqp: str, tmp_path: Path) -> None:
+def test_status_reads_rabbitmq_queue_depth(private_amqp: str, tmp_path: Path) -> None:
     """Three snapshots published to the live lane show as depth 3; unacked and age are unknown."""
-    with Producer(clean_amqp) as producer:
+    with Producer(private_amqp) as producer:
         producer.enqueue_many(list(example_snapshots().values())[:3], lane=Lane.LIVE)
     done = evalq(
-        "status", "--json", broker_url=clean_amqp, store_url=f"sqlite:///{tmp_path / 's.db'}"
+        "status", "--json", broker_url=private_amqp, store_url=f"sqlite:///{tmp_path / 's.db'}"
     )
     assert done.returncode == 0, done.stderr
     broker = json.loads(done.stdout)["broker"]
