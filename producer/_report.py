@@ -96,7 +96,7 @@ from rich.table import Table
 from rich.text import Text
 
 from worker._json import canonical_json, thaw
-from worker.evaluation import Summary
+from worker.evaluation import Summary, SummaryCounter
 from worker.store import (
     EvaluationRow,
     LinkedOutcome,
@@ -582,52 +582,12 @@ class _MetricTally:
         )
 
 
-@dataclass
-class _SummaryTally:
-    """§F Summary counting for one metric over the labelled set."""
-
-    total: int = 0
-    labelled: int = 0
-    correct: int = 0
-    incorrect: int = 0
-    inconclusive: int = 0
-    skipped: int = 0
-    errors: int = 0
-    unscored: int = 0
-
-    def add(self, row: ResultRow, gold: Mapping[str, Any] | None) -> None:
-        self.total += 1
-        self.labelled += int(gold is not None)
-        if row.status == "INCONCLUSIVE":
-            self.inconclusive += 1
-        elif row.status == "SKIPPED":
-            self.skipped += 1
-        elif row.status == "ERROR":
-            self.errors += 1
-        elif gold is not None:
-            self._score(_actual(row, gold), _wanted(gold))
-
-    def _score(self, actual: str | bool | None, wanted: str | bool) -> None:
-        if actual is None:
-            self.unscored += 1
-        elif actual == wanted:
-            self.correct += 1
-        else:
-            self.incorrect += 1
-
-    def summary(self) -> Summary:
-        accuracy = self.correct / self.labelled if self.labelled else 0.0
-        return Summary(
-            total=self.total,
-            labelled=self.labelled,
-            correct=self.correct,
-            incorrect=self.incorrect,
-            inconclusive=self.inconclusive,
-            skipped=self.skipped,
-            errors=self.errors,
-            unscored=self.unscored,
-            accuracy=accuracy,
-        )
+def _count(counter: SummaryCounter, row: ResultRow, gold: Mapping[str, Any] | None) -> None:
+    """§F counting, shared with the engine's dataset runner."""
+    if gold is None:
+        counter.count(row.status, None, None)
+    else:
+        counter.count(row.status, _actual(row, gold), _wanted(gold))
 
 
 def _wanted(gold: Mapping[str, Any]) -> str | bool:
@@ -717,8 +677,8 @@ class _GoldTally:
     labels: Mapping[str, Mapping[str, Any]]
     sources: Mapping[str, str | None]
     scenario_by: str
-    metrics: dict[str, _SummaryTally] = field(default_factory=dict)
-    scenarios: dict[str, dict[str, _SummaryTally]] = field(default_factory=dict)
+    metrics: dict[str, SummaryCounter] = field(default_factory=dict)
+    scenarios: dict[str, dict[str, SummaryCounter]] = field(default_factory=dict)
     confusion: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)
     pairs: dict[tuple[str, str, bool], list[tuple[float, bool]]] = field(default_factory=dict)
     evaluations: set[str] = field(default_factory=set)
@@ -730,10 +690,9 @@ class _GoldTally:
         self.evaluations.add(row.evaluation_id)
         gold = labels.get(row.metric_id)
         gold = gold if isinstance(gold, Mapping) else None
-        self.metrics.setdefault(row.metric_id, _SummaryTally()).add(row, gold)
-        scenario = self._scenario(row)
-        per = self.scenarios.setdefault(scenario, {})
-        per.setdefault(row.metric_id, _SummaryTally()).add(row, gold)
+        _count(self.metrics.setdefault(row.metric_id, SummaryCounter()), row, gold)
+        per = self.scenarios.setdefault(self._scenario(row), {})
+        _count(per.setdefault(row.metric_id, SummaryCounter()), row, gold)
         if gold is not None:
             self._labelled(row, gold)
 

@@ -23,6 +23,7 @@ from ._runner import (
     DatasetUsage,
     Expected,
     Summary,
+    SummaryCounter,
     run_dataset,
 )
 from ._sentences import split_sentences
@@ -48,6 +49,7 @@ __all__ = [
     "RequestUsage",
     "Status",
     "Summary",
+    "SummaryCounter",
     "Thresholds",
     "Trace",
     "agent_metrics",

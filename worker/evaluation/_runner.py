@@ -42,6 +42,7 @@ __all__ = [
     "DatasetUsage",
     "Expected",
     "Summary",
+    "SummaryCounter",
     "run_dataset",
 ]
 
@@ -232,7 +233,14 @@ async def _evaluate_all(
 
 
 @dataclass
-class _Tally:
+class SummaryCounter:
+    """§F counting for one metric: feed it results, read a :class:`Summary`.
+
+    ``wanted`` is the gold value (a label or a passed flag) or ``None`` for an unlabelled row;
+    ``actual`` is the result's label or passed flag, whichever the gold value names.
+    Shared by :func:`run_dataset` and the store-backed report, so both count identically.
+    """
+
     total: int = 0
     labelled: int = 0
     correct: int = 0
@@ -242,22 +250,31 @@ class _Tally:
     errors: int = 0
     unscored: int = 0
 
+    def count(self, status: str, actual: str | bool | None, wanted: str | bool | None) -> None:
+        """Count one result: its status, its actual value and the gold value (None: unlabelled)."""
+        self.total += 1
+        self.labelled += int(wanted is not None)
+        if status == Status.INCONCLUSIVE:
+            self.inconclusive += 1
+        elif status == Status.SKIPPED:
+            self.skipped += 1
+        elif status == Status.ERROR:
+            self.errors += 1
+        elif wanted is not None:
+            self._score(actual, wanted)
+
     def add(self, row: DatasetRow, metric_id: str) -> None:
+        """Count ``metric_id`` of one dataset row against its :class:`Expected`."""
         result = row.report.result(metric_id)
         expected = row.expected.get(metric_id)
-        self.total += 1
-        self.labelled += int(expected is not None)
-        if result.status is Status.INCONCLUSIVE:
-            self.inconclusive += 1
-        elif result.status is Status.SKIPPED:
-            self.skipped += 1
-        elif result.status is Status.ERROR:
-            self.errors += 1
-        elif expected is not None:
-            self._score(result.label if expected.label is not None else result.passed, expected)
+        if expected is None:
+            self.count(result.status, None, None)
+        elif expected.label is not None:
+            self.count(result.status, result.label, expected.label)
+        else:
+            self.count(result.status, result.passed, expected.passed)
 
-    def _score(self, actual: str | bool | None, expected: Expected) -> None:
-        wanted = expected.label if expected.label is not None else expected.passed
+    def _score(self, actual: str | bool | None, wanted: str | bool) -> None:
         if actual is None:
             self.unscored += 1
         elif actual == wanted:
@@ -272,7 +289,7 @@ class _Tally:
 
 
 def _summaries(metric_ids: tuple[str, ...], rows: Sequence[DatasetRow]) -> dict[str, Summary]:
-    tallies = {metric_id: _Tally() for metric_id in metric_ids}
+    tallies = {metric_id: SummaryCounter() for metric_id in metric_ids}
     for row in rows:
         for entry in row.report.results:
             if entry.id in tallies:

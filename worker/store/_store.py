@@ -142,8 +142,9 @@ class Store:
         """
         if snapshot is not None and snapshot.snapshot_id != record.snapshot_id:
             raise ValueError("the snapshot passed is not the one the evaluation names")
-        now = _now()
-        return self._run(lambda tx: write_evaluation(tx, record, snapshot, now))
+        # Stamped inside the transaction (after the write lock is held), so created_at is when
+        # the record was written, not when a writer started waiting for its turn.
+        return self._run(lambda tx: write_evaluation(tx, record, snapshot, _now()))
 
     def record_evaluations(self, items: Sequence[EvaluationItem]) -> list[Written]:
         """Record many ``(evaluation, snapshot or None)`` pairs in ONE transaction.
@@ -157,8 +158,7 @@ class Store:
                 raise ValueError("the snapshot passed is not the one the evaluation names")
         if not items:
             return []
-        now = _now()
-        return self._run(lambda tx: write_evaluations(tx, items, now))
+        return self._run(lambda tx: write_evaluations(tx, items, _now()))
 
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
         """Insert the outcome if its event id is new and link it to its trace's evaluations.
