@@ -44,7 +44,9 @@ __all__ = [
     "Worker",
     "base_snapshot",
     "count_evaluations",
+    "cpu_seconds",
     "created_times",
+    "drain_cpu",
     "fill_backfill",
     "load_average",
     "main_for",
@@ -411,6 +413,27 @@ def fill_backfill(broker_url: str, count: int, prefix: str, batch_size: int) -> 
     with Producer(broker_url) as producer:
         producer.enqueue_many(snapshots(count, prefix), lane=Lane.BACKFILL, batch_size=batch_size)
     return time.monotonic() - started
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (``/proc/<pid>/stat``), all threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drain_cpu(path: Path, count: int, worker: Worker, timeout_s: float) -> float:
+    """Wait for ``count`` records; the worker's CPU use (cores) between 10% and 90% of them.
+
+    A rate-limited worker uses little CPU; a CPU-bound one uses about one core (the GIL).
+    """
+    marks: list[tuple[float, float]] = []
+    started = time.monotonic()
+    for fraction in (0.1, 0.9, 1.0):
+        left_s = timeout_s - (time.monotonic() - started)
+        wait_recorded(path, max(1, round(fraction * count)), max(1.0, left_s), worker)
+        marks.append((time.monotonic(), cpu_seconds(worker.pid)))
+    (t0, c0), (t1, c1) = marks[0], marks[1]
+    return (c1 - c0) / (t1 - t0) if t1 > t0 else float("nan")
 
 
 def wait_recorded(path: Path, count: int, timeout_s: float, worker: Worker | None = None) -> float:

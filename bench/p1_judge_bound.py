@@ -19,11 +19,11 @@ from bench._kit import (
     Bench,
     Row,
     created_times,
+    drain_cpu,
     fill_backfill,
     load_average,
     main_for,
     middle_rate,
-    wait_recorded,
 )
 from bench.tuning import BACKFILL
 
@@ -41,7 +41,7 @@ def run(quick: bool) -> list[Row]:
         judge_url = bench.judge_server(LATENCY_MS)
         fill_backfill(bench.broker_url, count, "p1", BACKFILL.batch_size)
         worker = bench.worker(judge_url, {"lanes": "backfill", **BACKFILL.env(IN_FLIGHT)})
-        wait_recorded(bench.store_path, count, timeout_s=60 + count / 50, worker=worker)
+        cores = drain_cpu(bench.store_path, count, worker, timeout_s=60 + count / 50)
         rows = created_times(bench.store_path)
     per_evaluation = sum(requests for _, requests in rows) / len(rows)
     measured = middle_rate([at for at, _ in rows]) * per_evaluation
@@ -56,7 +56,8 @@ def run(quick: bool) -> list[Row]:
             target=f">= {TARGET:.2f}",
             passed=ratio >= TARGET and per_evaluation == 1.0,
             unit="judge requests/s vs ideal in-flight/latency",
-            note=f"{len(rows)} evaluations, {per_evaluation:.2f} requests each",
+            note=f"{len(rows)} evaluations, {per_evaluation:.2f} requests each; "
+            f"worker CPU {cores:.2f} cores",
             load=load_average(),
         )
     ]

@@ -26,12 +26,12 @@ from bench._kit import (
     Bench,
     Row,
     created_times,
+    drain_cpu,
     fill_backfill,
     load_average,
     main_for,
     middle_rate,
     queue_depth,
-    wait_recorded,
 )
 from bench.tuning import BACKFILL, LIVE
 from producer import Lane
@@ -75,14 +75,14 @@ def noop_ceiling(bench: Bench, count: int) -> float:
     return 0.8 * count / (last - first)
 
 
-def evalq_rate(bench: Bench, count: int) -> tuple[float, int]:
+def evalq_rate(bench: Bench, count: int) -> tuple[float, int, float]:
     """Evaluations/s of the real worker draining ``count`` snapshots in backfill batches."""
     judge_url = bench.judge_server(0.0)
     fill_backfill(bench.broker_url, count, "p2", BACKFILL.batch_size)
     worker = bench.worker(judge_url, {"lanes": "backfill", **BACKFILL.env(IN_FLIGHT)})
-    wait_recorded(bench.store_path, count, timeout_s=60 + count / 50, worker=worker)
+    cores = drain_cpu(bench.store_path, count, worker, timeout_s=60 + count / 50)
     rows = created_times(bench.store_path)
-    return middle_rate([at for at, _ in rows]), len(rows)
+    return middle_rate([at for at, _ in rows]), len(rows), cores
 
 
 def run(quick: bool) -> list[Row]:
@@ -91,7 +91,7 @@ def run(quick: bool) -> list[Row]:
     with Bench("p2-noop") as bench:
         baseline = noop_ceiling(bench, noop_count)
     with Bench("p2") as bench:
-        measured, recorded = evalq_rate(bench, count)
+        measured, recorded, cores = evalq_rate(bench, count)
     ratio = measured / baseline
     return [
         Row(
@@ -102,8 +102,8 @@ def run(quick: bool) -> list[Row]:
             target=f">= {TARGET:.1f}",
             passed=ratio >= TARGET,
             unit="snapshots/s vs no-op tasks/s",
-            note=f"{recorded} evaluations, batches of {BACKFILL.batch_size}; "
-            f"{noop_count} no-op messages",
+            note=f"{recorded} evaluations, batches of {BACKFILL.batch_size}, worker CPU "
+            f"{cores:.2f} cores; {noop_count} no-op messages",
             load=load_average(),
         )
     ]

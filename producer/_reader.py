@@ -34,6 +34,7 @@ from producer.snapshot import Snapshot
 from worker._json import canonical_json
 
 __all__ = [
+    "IMPORTER_ERROR",
     "ImportErrorReport",
     "InvalidTraceError",
     "Located",
@@ -45,6 +46,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+IMPORTER_ERROR = "IMPORTER_ERROR"
+"""Rejection code of a record an importer failed on unexpectedly (a bug, reported not fatal)."""
 
 
 class RejectedLine(BaseModel):
@@ -341,6 +344,12 @@ def _guard(run: _Run, line: int, prefix: str, parse: Callable[[], _T]) -> _T | N
         return None
     except ValidationError as exc:
         run.reject(line, _join(prefix, _loc(exc)), "INVALID_FIELD", "value fails validation")
+        return None
+    except Exception as exc:  # noqa: BLE001 - an importer bug must not stop the whole file
+        # Defence in depth: the record is reported (never silently dropped) and the rest of the
+        # file is still read. The property tests assert this code never appears.
+        log.warning("importer failed: %s:%d (%s)", run.path, line, type(exc).__name__)
+        run.reject(line, prefix or "$", IMPORTER_ERROR, "the importer failed on this record")
         return None
     return result
 

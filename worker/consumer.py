@@ -9,7 +9,11 @@ worker keeps serving. Reason codes:
 - ``UNDECODABLE``: the body is not valid for its declared content type (malformed JSON);
 - ``UNKNOWN_TASK``: a task name this worker does not serve;
 - ``UNKNOWN_MESSAGE``: not a Celery task message at all;
-- ``INVALID_MESSAGE``: a task message that breaks the protocol (missing fields).
+- ``INVALID_MESSAGE``: a task message that breaks the protocol (missing fields). Celery raises
+  some of these (a ``task`` header without ``id``: ``KeyError``) out of its message handler,
+  where kombu's Redis transport takes a ``KeyError`` for a lost connection: the consumer
+  reconnected, the message came back, forever — a poison message stopped the worker (found by
+  the property tests). The handler is wrapped so such messages are dead-lettered too.
 
 If the store cannot take the record right now, the message is neither acked nor rejected: it stays
 with the broker and comes back (Redis: after the visibility timeout; RabbitMQ: on reconnect), so
@@ -25,6 +29,13 @@ same reason a task that was running when the connection was lost (the threads po
 it, as Celery would) must not ack on the dead channel when it finishes: acks and rejects on that
 channel are skipped, the message is redelivered, and the store's idempotency makes the second
 delivery write nothing.
+
+One more Redis window, also found by the fault suite: kombu pops a message with ``BRPOP`` and
+only then records it in the ``unacked`` hash, in a second round trip. When Redis goes away
+between the two, kombu raises and drops the message it already popped — it is in neither the
+queue nor ``unacked``: lost. :class:`DeliveredAnyway` keeps such a message and hands it to the
+task as usual (it is processed and recorded; only a worker crash before the record is written,
+during the same broker outage, could still lose it).
 """
 
 from __future__ import annotations
@@ -32,16 +43,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed
 from kombu.message import Message
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
 from producer.snapshot import LANE_QUEUES
 from worker import metrics, runtime
 from worker.settings import Settings
 from worker.store import DeadLetterRecord, StoreError
 
-__all__ = ["DeadLetterConsumer", "Reason"]
+__all__ = ["DeadLetterConsumer", "DeliveredAnyway", "Reason", "protect_deliveries"]
 
 _log = logging.getLogger(__name__)
 _LANE_OF_QUEUE = {queue: lane.value for lane, queue in LANE_QUEUES.items()}
@@ -94,6 +108,32 @@ def dead_letter(message: Message, reason: str, settings: Settings | None = None)
     return True
 
 
+_BROKER_GONE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
+class DeliveredAnyway(kombu_redis.QoS):
+    """kombu's Redis QoS, except that a popped message whose ``unacked`` entry cannot be written
+    (the broker just went away) is still delivered instead of dropped (see the module)."""
+
+    def append(self, message: Message, delivery_tag: Any) -> None:
+        """Record the delivery in Redis; if Redis is unreachable, keep it locally and go on."""
+        try:
+            super().append(message, delivery_tag)
+        except _BROKER_GONE as exc:
+            _log.warning(
+                "broker unreachable right after a delivery (%s); processing the message anyway",
+                type(exc).__name__,
+            )
+            virtual.QoS.append(self, message, delivery_tag)
+
+
+def protect_deliveries(connection: Any) -> None:
+    """Install :class:`DeliveredAnyway` on ``connection``'s consuming channel (Redis only)."""
+    qos = getattr(connection.default_channel, "qos", None)  # amqp channels have none
+    if type(qos) is kombu_redis.QoS:
+        qos.__class__ = DeliveredAnyway
+
+
 def _skipped(kind: str) -> Any:
     def skip(*_: Any, **__: Any) -> None:
         _log.info("%s on a lost broker connection skipped; the message is redelivered", kind)
@@ -125,8 +165,32 @@ def _retire(connection: Any, channels: list[Any]) -> None:
     connection.close = close_quietly
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+"""What Celery's handler raises on a task message with missing or mistyped protocol fields."""
+
+
 class DeadLetterConsumer(Consumer):
     """``worker_consumer``: dead-letters undecodable, disallowed, unknown and invalid messages."""
+
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
+        """Celery's handler, with protocol violations it does not catch dead-lettered."""
+        handler = super().create_task_handler(*args, **kwargs)
+
+        def on_task_received(message: Message) -> Any:
+            try:
+                return handler(message)
+            except _MALFORMED as exc:
+                _log.warning("task message refused (%s)", type(exc).__name__)
+                self._dead_letter(message, Reason.INVALID_MESSAGE)
+                return None
+
+        return on_task_received
+
+    def connect(self) -> Any:
+        """Celery's connect, with :class:`DeliveredAnyway` on the consuming channel."""
+        connection = super().connect()
+        protect_deliveries(connection)
+        return connection
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         """Celery's reconnect path, with the old connection closed best-effort (see module)."""

@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     concurrency: int = Field(default=32, ge=1, le=512)
     batch_size: int = Field(default=4, ge=1, le=1000)
     pool_threads: int | None = Field(default=None, ge=1, le=512)
+    switch_interval_ms: float = Field(default=1.0, gt=0, le=100)
+    nice: int = Field(default=0, ge=0, le=19)
     pool: PoolKind = PoolKind.THREADS
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)

@@ -371,13 +371,11 @@ def _finished(
 
 
 def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
-    """One transaction for the whole message (one commit, one fsync on SQLite).
+    """One short transaction for the whole message (rows built before the lock is taken).
 
     If the batch is refused for good, the records are written one by one, so every record
     before the offending one is kept (the single-record behaviour) and the error surfaces there.
     """
-    if len(finished) == 1:
-        return [rt.store.record_evaluation(finished[0].record, finished[0].job.content)]
     try:
         return rt.store.record_evaluations([(f.record, f.job.content) for f in finished])
     except PermanentStoreError:

@@ -125,19 +125,33 @@ def _hex_id(value: object, path: str, size: int) -> str:
     return raw.hex()
 
 
+# A scalar AnyValue of the wrong JSON type (a list as ``stringValue``) is invalid input, not
+# something for the mappers to trip over later. OTLP/JSON writes non-finite doubles as strings.
+_SCALAR_TYPES: dict[str, tuple[type, ...]] = {
+    "stringValue": (str,),
+    "boolValue": (bool,),
+    "doubleValue": (int, float, str),
+    "bytesValue": (str,),
+}
+
+
+def _scalar(value: object, types: tuple[type, ...], path: str) -> Any:
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise FieldError(path, "INVALID_FIELD", "wrong type for this AnyValue field")
+    return value
+
+
 def any_value(value: object, path: str) -> Any:
     """Decode an OTLP ``AnyValue`` to a plain value (int64s arrive as strings)."""
     obj = as_obj(value, path)
-    if "stringValue" in obj:
-        return obj["stringValue"]
     if "intValue" in obj:
         try:
             return int(str(obj["intValue"]))
         except ValueError:
             raise FieldError(f"{path}.intValue", "INVALID_FIELD", "not an integer") from None
-    for key in ("boolValue", "doubleValue", "bytesValue"):
+    for key, types in _SCALAR_TYPES.items():
         if key in obj:
-            return obj[key]
+            return _scalar(obj[key], types, f"{path}.{key}")
     if "arrayValue" in obj:
         values = as_obj(obj["arrayValue"], f"{path}.arrayValue").get("values") or []
         return [

@@ -10,7 +10,10 @@ the records themselves:
   (evaluation, metric);
 - ``lost``: expected ids with no evaluation;
 - ``redone``: work done more than once (judge requests beyond one per snapshot, or deliveries
-  beyond one per message): the evidence that the fault really hit work in flight.
+  beyond one per message): the evidence that the fault really hit work in flight;
+- ``re-sent``: snapshots only the documented recovery step brought back (re-running the
+  backfill after a broker restart: Redis can lose a message it was handing to a consumer at
+  the instant it went down, see the README); 0 where no such step exists.
 
 ``EVALQ_SOAK=1`` scales the scenarios up to the issue's soak figures (10k snapshots, 30 s
 database outage); CI runs the same code at a size that keeps the suite within its time limit.
@@ -61,7 +64,7 @@ ROWS: list[Counts] = []
 CONTROLS: list[Counts] = []
 """Negative controls (configurations that are expected to lose work), printed apart."""
 
-_HEADER = ("scenario", "expected", "recorded", "duplicated", "lost", "redone")
+_HEADER = ("scenario", "expected", "recorded", "duplicated", "lost", "redone", "re-sent")
 
 
 @dataclass(frozen=True)
@@ -74,11 +77,12 @@ class Counts:
     duplicated: int
     lost: int
     redone: int
+    resent: int = 0
 
     def cells(self) -> tuple[str, ...]:
         """The row as table cells."""
         numbers = (self.expected, self.recorded, self.duplicated, self.lost, self.redone)
-        return (self.scenario, *(str(n) for n in numbers))
+        return (self.scenario, *(str(n) for n in (*numbers, self.resent)))
 
 
 def format_table(rows: Iterable[Counts]) -> list[str]:
@@ -134,9 +138,11 @@ class RecordTally:
     incomplete: int
     per_metric_count: Counter[int] = field(default_factory=Counter)
 
-    def counts(self, scenario: str, redone: int) -> Counts:
+    def counts(self, scenario: str, redone: int, resent: int = 0) -> Counts:
         """The table row of this tally."""
-        return Counts(scenario, self.expected, self.recorded, self.duplicated, self.lost, redone)
+        return Counts(
+            scenario, self.expected, self.recorded, self.duplicated, self.lost, redone, resent
+        )
 
 
 def tally(store_url: str, expected_ids: Iterable[str], metrics_per_evaluation: int) -> RecordTally:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -38,7 +38,7 @@ from tests.queue.queue_kit import example_snapshots, variants, wait_until
 from tests.store._store_helpers import evaluation_record, snapshot_record
 from worker.judges._server import JudgeServer
 from worker.store import Store, open_store
-from worker.store._backends import Params, SqliteBackend, Tx
+from worker.store._backends import SqliteBackend, Tx
 
 pytestmark = pytest.mark.services
 
@@ -189,32 +189,36 @@ class _Faults:
     evaluation_inserts: int = 0
 
 
-@dataclass
 class _FailingTx:
-    """A transaction whose metric-result insert fails like a busy SQLite database would."""
+    """Delegates to a real transaction; the metric-result insert fails like a busy SQLite would.
 
-    inner: Tx
-    faults: _Faults
+    Every call is passed through whatever the method (``run``, ``run_many``, ``insert_rows``…),
+    so the injection does not depend on how the store happens to issue its inserts.
+    """
 
-    def rows(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
-        return self.inner.rows(sql, params)
+    def __init__(self, inner: Tx, faults: _Faults) -> None:
+        self._inner = inner
+        self._faults = faults
 
-    def run(self, sql: str, params: Params | None = None) -> int:
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method: Callable[..., Any] = getattr(self._inner, name)
+
+        def call(first: object, *args: object, **kwargs: object) -> Any:
+            if isinstance(first, str):
+                self._observe(first.lstrip())
+            return method(first, *args, **kwargs)
+
+        return call
+
+    def _observe(self, sql: str) -> None:
         if sql.startswith("INSERT INTO evaluations"):
-            self.faults.evaluation_inserts += 1
-        return self.inner.run(sql, params)
-
-    def run_many(self, sql: str, params: Any) -> None:
-        if sql.startswith("INSERT INTO metric_results") and self.faults.to_fail > 0:
-            self.faults.to_fail -= 1
+            self._faults.evaluation_inserts += 1
+        if sql.startswith("INSERT INTO metric_results") and self._faults.to_fail > 0:
+            self._faults.to_fail -= 1
             error = sqlite3.OperationalError("database is locked")
             error.sqlite_errorcode = sqlite3.SQLITE_BUSY
             error.sqlite_errorname = "SQLITE_BUSY"
             raise error
-        self.inner.run_many(sql, params)
-
-    def lock(self, key: str) -> None:
-        self.inner.lock(key)
 
 
 class _FailingBackend(SqliteBackend):
@@ -227,7 +231,7 @@ class _FailingBackend(SqliteBackend):
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[Tx]:
         with super().transaction(write=write) as tx:
-            yield _FailingTx(tx, self.faults)
+            yield cast(Tx, _FailingTx(tx, self.faults))
 
 
 def test_sqlite_write_failing_half_way_is_rolled_back_and_retried(workdir: Path) -> None:

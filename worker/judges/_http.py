@@ -191,6 +191,9 @@ def check_base_url(url: str) -> str:
     """``url`` without trailing ``/``; must be an absolute http(s) URL with a host (ValueError)."""
     if not isinstance(url, str):
         raise ValueError("base_url must be a string")  # noqa: TRY004 - API: bad arguments are ValueError
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        # urlsplit silently drops tabs and newlines, and a space would only fail at request time.
+        raise ValueError("base_url must not contain whitespace or control characters")
     trimmed = url.rstrip("/")
     try:
         parts = urlsplit(trimmed)

@@ -17,7 +17,12 @@ from typing import TypeVar
 import stamina
 
 from ._backends import Backend, PostgresBackend, SqliteBackend, Tx
-from ._batch import EvaluationItem, existing_evaluation_ids, write_evaluations
+from ._batch import (
+    EvaluationItem,
+    existing_evaluation_ids,
+    prepare_evaluations,
+    write_evaluations,
+)
 from ._errors import TransientStoreError, translating
 from ._reads import (
     EvaluationRow,
@@ -158,7 +163,8 @@ class Store:
                 raise ValueError("the snapshot passed is not the one the evaluation names")
         if not items:
             return []
-        return self._run(lambda tx: write_evaluations(tx, items, _now()))
+        batch = prepare_evaluations(items)  # row building stays outside the write lock
+        return self._run(lambda tx: write_evaluations(tx, batch, _now()))
 
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
         """Insert the outcome if its event id is new and link it to its trace's evaluations.

@@ -147,16 +147,23 @@ def _window(facts: _Facts) -> dict[str, Any]:
     }
 
 
-def _insert_evaluation(tx: Tx, record: EvaluationRecord, facts: _Facts, now: datetime) -> bool:
-    params = {
+def _evaluation_params(
+    record: EvaluationRecord, facts: _Facts, previous: str | None, now: datetime
+) -> dict[str, Any]:
+    """The evaluations row (shared with the batch path, ``_batch.py``)."""
+    return {
         **record.model_dump(include=_EVALUATION_FIELDS),
         **_window(facts),
         "evaluation_id": record.evaluation_id,
         "trace_id": facts.trace_id,
         "usage": canonical_json([u.model_dump(mode="json") for u in record.usage]),
-        "previous_evaluation_id": _previous(tx, record.snapshot_id),
+        "previous_evaluation_id": previous,
         "now": now,
     }
+
+
+def _insert_evaluation(tx: Tx, record: EvaluationRecord, facts: _Facts, now: datetime) -> bool:
+    params = _evaluation_params(record, facts, _previous(tx, record.snapshot_id), now)
     return tx.run(_INSERT_EVALUATION, params) == 1
 
 
@@ -168,9 +175,10 @@ VALUES (:evaluation_id, :position, :metric_id, :metric_version, :status, :reason
     :cutoff_time)"""
 
 
-def _insert_results(tx: Tx, record: EvaluationRecord, facts: _Facts) -> None:
+def _result_rows(record: EvaluationRecord, facts: _Facts) -> list[dict[str, Any]]:
+    """The metric_results rows of an evaluation (shared with the batch path)."""
     window = _window(facts)
-    rows = [
+    return [
         {
             **result.model_dump(exclude={"evidence", "question_ids"}),
             **window,
@@ -182,20 +190,28 @@ def _insert_results(tx: Tx, record: EvaluationRecord, facts: _Facts) -> None:
         }
         for position, result in enumerate(record.results)
     ]
+
+
+def _insert_results(tx: Tx, record: EvaluationRecord, facts: _Facts) -> None:
+    rows = _result_rows(record, facts)
     if rows:
         tx.run_many(_INSERT_RESULT, rows)
 
 
-def _insert_criteria(tx: Tx, record: EvaluationRecord) -> None:
-    rows = [
+_INSERT_CRITERION = """INSERT INTO pending_outcomes (evaluation_id, criterion)
+VALUES (:evaluation_id, :criterion)"""
+
+
+def _criteria_rows(record: EvaluationRecord) -> list[dict[str, Any]]:
+    return [
         {"evaluation_id": record.evaluation_id, "criterion": c} for c in record.outcome_criteria
     ]
+
+
+def _insert_criteria(tx: Tx, record: EvaluationRecord) -> None:
+    rows = _criteria_rows(record)
     if rows:
-        tx.run_many(
-            "INSERT INTO pending_outcomes (evaluation_id, criterion)"
-            " VALUES (:evaluation_id, :criterion)",
-            rows,
-        )
+        tx.run_many(_INSERT_CRITERION, rows)
 
 
 _LINK_EARLIER_OUTCOMES = """INSERT INTO outcome_links (outcome_event_id, evaluation_id, linked_at)

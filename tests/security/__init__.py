@@ -1,0 +1,1 @@
+"""Security: secrets and evaluated content stay where they belong; injection changes nothing."""
