@@ -11,6 +11,7 @@ average, because other work on a 2-core machine skews every ratio.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ __all__ = [
     "BASE_TRACE",
     "NOOP_TASK",
     "REPO",
+    "SMALL_TRACE",
     "Bench",
     "Row",
     "Worker",
@@ -54,6 +56,7 @@ __all__ = [
     "percentile",
     "queue_depth",
     "rss_kib",
+    "small_snapshot",
     "snapshots",
     "table",
     "wait_for",
@@ -129,9 +132,30 @@ def base_snapshot() -> Snapshot:
     raise RuntimeError(f"{BASE_TRACE} is missing from {EXAMPLES}")
 
 
-def snapshots(count: int, prefix: str, lane: Lane = Lane.BACKFILL) -> Iterator[Snapshot]:
-    """``count`` distinct snapshots (distinct trace ids) with the base content, on ``lane``."""
-    wire = base_snapshot().wire()
+SMALL_TRACE = {
+    "id": "small",
+    "messages": [
+        {"role": "user", "content": "Where is order 7?"},
+        {"role": "assistant", "content": "Order 7 ships tomorrow."},
+    ],
+}
+"""A short chat (one question, one answer): the shape of P3's generated backfill lines."""
+
+
+def small_snapshot() -> Snapshot:
+    """:data:`SMALL_TRACE` through the real reader (OpenAI chat importer, invocation unit)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "small.jsonl"
+        path.write_text(json.dumps(SMALL_TRACE) + "\n", encoding="utf-8")
+        (snapshot,) = read_snapshots(path)
+    return snapshot
+
+
+def snapshots(
+    count: int, prefix: str, lane: Lane = Lane.BACKFILL, *, small: bool = False
+) -> Iterator[Snapshot]:
+    """``count`` distinct snapshots (distinct trace ids) with the base (or small) content."""
+    wire = (small_snapshot() if small else base_snapshot()).wire()
     sampling = {**wire["sampling"], "lane": lane.value}
     for i in range(count):
         yield Snapshot.model_validate({**wire, "trace_id": f"{prefix}-{i}", "sampling": sampling})

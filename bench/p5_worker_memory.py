@@ -1,8 +1,9 @@
 """P5: worker RSS stays flat (±10%) from the 10k-th to the 100k-th snapshot of a backfill.
 
 One backfill worker (the recommended backfill settings, a zero-latency System One judge server in
-its own process, SQLite store) evaluates 100k distinct snapshots that a producer thread streams
-onto the backfill lane with back-pressure (at most a few thousand snapshots queued, as
+its own process, SQLite store) evaluates 100k distinct snapshots — short chats, the shape of P3's
+backfill lines, one judge request each, so 100k fit the time budget — that a producer thread
+streams onto the backfill lane with back-pressure (at most a few thousand snapshots queued, as
 ``evalq backfill --max-queue-depth`` keeps it). The worker's resident set (``VmRSS`` of
 ``/proc/<pid>/status``; the threads pool runs every task in that one process) is read when the
 store first holds 10k evaluations and again at 100k.
@@ -42,7 +43,7 @@ def _produce(bench: Bench, count: int, stop: threading.Event) -> None:
     client = bench.redis_client()
     per_message = BACKFILL.batch_size
     chunk = per_message * 16
-    source = snapshots(count, "p5")
+    source = snapshots(count, "p5", small=True)
     with Producer(bench.broker_url) as producer:
         sent = 0
         while sent < count and not stop.is_set():
@@ -89,7 +90,7 @@ def run(quick: bool) -> list[Row]:
             target=f"1 ± {TARGET:.2f}",
             passed=abs(ratio - 1) <= TARGET,
             unit=f"worker RSS MiB at snapshot {last} vs {first}",
-            note=f"{last} snapshots in {elapsed:.0f} s ({last / elapsed:.0f}/s)",
+            note=f"{last} short-chat snapshots in {elapsed:.0f} s ({last / elapsed:.0f}/s)",
             load=load_average(),
         )
     ]

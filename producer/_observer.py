@@ -222,9 +222,7 @@ class Observation:
         self.record_response(result)
         return result
 
-    async def acall(
-        self, create: Callable[..., Awaitable[_R]], /, *args: Any, **kwargs: Any
-    ) -> _R:
+    async def acall(self, create: Callable[..., Awaitable[_R]], /, *args: Any, **kwargs: Any) -> _R:
         """Async twin of :meth:`call` (``AsyncOpenAI`` / ``AsyncAnthropic`` clients)."""
         self._record_call(kwargs)
         result = await create(*args, **kwargs)

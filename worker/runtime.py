@@ -105,8 +105,8 @@ def lower_priority(nice: int) -> None:
     """Run this process (every thread, on Linux) at CPU niceness ``nice`` (0 = unchanged).
 
     For a backfill pool sharing machines with a live pool (``EVALQ_NICE=10``): the kernel then
-    gives a runnable live worker the CPU first, so a saturating backfill costs live latency
-    little (``bench/live_latency.py``). Threads started later inherit it from their creator.
+    gives a runnable live worker the CPU first (``bench/live_latency.py`` runs its backfill pool
+    so). Threads started later inherit it from their creator.
     """
     if nice <= 0:
         return

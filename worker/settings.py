@@ -240,7 +240,7 @@ class Settings(BaseSettings):
 
         One message per thread: with one snapshot per message (live) it takes ``concurrency``
         threads to keep ``concurrency`` evaluations in flight; with batches of ``batch_size``
-        (backfill) far fewer do (``docs/concurrency.md``: about ``2 * concurrency / batch_size``).
+        (backfill) a few times ``concurrency / batch_size`` do (``docs/concurrency.md``).
         """
         return self.pool_threads if self.pool_threads is not None else self.concurrency
 

@@ -9,11 +9,13 @@ the records themselves:
 - ``duplicated``: evaluations beyond one per snapshot, plus metric-result rows beyond one per
   (evaluation, metric);
 - ``lost``: expected ids with no evaluation;
-- ``redone``: work done more than once (judge requests beyond one per snapshot, or deliveries
-  beyond one per message): the evidence that the fault really hit work in flight;
+- ``redone``: work repeated: judge requests no record accounts for (retries included), plus
+  deliveries that found their evaluation already recorded (as counted by the workers still
+  alive): the evidence that the fault really hit work in flight;
 - ``re-sent``: snapshots only the documented recovery step brought back (re-running the
-  backfill after a broker restart: Redis can lose a message it was handing to a consumer at
-  the instant it went down, see the README); 0 where no such step exists.
+  backfill, idempotent): on a Redis broker, a message Redis was handing to a consumer at the
+  instant that consumer was killed, or Redis itself stopped, is gone (see
+  :func:`recover_by_rerun`); 0 where the scenario has no such step.
 
 ``EVALQ_SOAK=1`` scales the scenarios up to the issue's soak figures (10k snapshots, 30 s
 database outage); CI runs the same code at a size that keeps the suite within its time limit.
@@ -27,9 +29,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -46,14 +47,21 @@ __all__ = [
     "ROWS",
     "SOAK",
     "Counts",
+    "FaultWorker",
     "RecordTally",
     "TcpProxy",
     "broker_backlog",
+    "evaluated_at_least",
+    "evaluations_in",
     "format_table",
+    "recorded_requests",
+    "recover_by_rerun",
+    "redone",
     "report_row",
     "store_rows",
     "tally",
     "wait_drained",
+    "wait_stable",
 ]
 
 SOAK = os.environ.get("EVALQ_SOAK", "") == "1"
@@ -136,7 +144,6 @@ class RecordTally:
     lost: int
     invented: int
     incomplete: int
-    per_metric_count: Counter[int] = field(default_factory=Counter)
 
     def counts(self, scenario: str, redone: int, resent: int = 0) -> Counts:
         """The table row of this tally."""
@@ -160,7 +167,6 @@ def tally(store_url: str, expected_ids: Iterable[str], metrics_per_evaluation: i
         lost=len(expected) - recorded,
         invented=len(per_snapshot.keys() - expected),
         incomplete=sum(1 for _, d in results if d != metrics_per_evaluation),
-        per_metric_count=Counter(d for _, d in results),
     )
 
 
@@ -258,6 +264,29 @@ def wait_stable(read: Callable[[], int], timeout_s: float, quiet_s: float = 1.5)
 
     wait_until(quiet, timeout_s, "the count to settle")
     return int(last[0])
+
+
+def recover_by_rerun(
+    send_all: Callable[[], None],
+    redis_url: str,
+    store_url: str,
+    expected: int,
+    timeout_s: float,
+) -> int:
+    """The documented recovery step on a Redis broker: once the broker holds nothing and the
+    records have settled, re-run the backfill (idempotent: evaluated snapshots are skipped).
+
+    Returns how many snapshots only the re-run brought back. kombu delivers with ``BRPOP``:
+    Redis deletes a message the moment it hands it to a consumer, and the consumer records it
+    in ``unacked`` one round trip later; a consumer killed (or a Redis stopped) in between loses
+    that message for good. No acknowledgement scheme on the worker's side can see it.
+    """
+    wait_drained(redis_url, timeout_s)
+    before = wait_stable(lambda: evaluations_in(store_url), 30)
+    send_all()
+    wait_until(evaluated_at_least(store_url, expected), timeout_s, "every evaluation")
+    wait_drained(redis_url, timeout_s)
+    return expected - before
 
 
 # --- a proxy we can cut ---------------------------------------------------------------------

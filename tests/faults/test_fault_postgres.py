@@ -86,6 +86,7 @@ def _knobs(redis_url: str, store_url: str, judge: JudgeServer) -> dict[str, str]
     }
 
 
+@pytest.mark.timeout(1800 if SOAK else 240)
 def test_postgres_unreachable_while_workers_run(
     fresh_pg: str,
     redis_url: str,

@@ -24,11 +24,11 @@ from tests.faults.fault_kit import (
     SOAK,
     evaluated_at_least,
     evaluations_in,
+    recover_by_rerun,
     redone,
     report_row,
     tally,
     wait_drained,
-    wait_stable,
 )
 from tests.queue.queue_kit import example_snapshots, variants, wait_until
 from worker.consumer import DeliveredAnyway, protect_deliveries
@@ -72,6 +72,7 @@ def _knobs(redis_url: str, store_url: str, judge: JudgeServer) -> dict[str, str]
     }
 
 
+@pytest.mark.timeout(3600 if SOAK else 300)
 def test_redis_restart_with_aof_mid_backfill(
     aof_redis: RedisServer,
     workdir: Path,
@@ -107,13 +108,8 @@ def test_redis_restart_with_aof_mid_backfill(
     aof_redis.start()
     assert evaluations_in(store_url) < RESTART_N, "the restart must come mid-backfill"
 
-    wait_drained(aof_redis.url, 120)
-    before_rerun = wait_stable(lambda: evaluations_in(store_url), 30)
-    send_all()  # the recovery step: re-run the backfill; evaluated snapshots are skipped
-    wait_until(evaluated_at_least(store_url, RESTART_N), 60, "every evaluation")
-    wait_drained(aof_redis.url, 60)
+    resent = recover_by_rerun(send_all, aof_redis.url, store_url, RESTART_N, 120)
     counts = tally(store_url, [s.snapshot_id for s in (*live, *backfill)], AGENT_METRICS)
-    resent = RESTART_N - before_rerun
     # The re-run's deliberate re-sends of evaluated snapshots are not redone work.
     extra = redone(judge_server.count, store_url, workers) - (RESTART_N - resent)
     scenario = f"Redis restart (AOF) mid-backfill, {RESTART_N}"
@@ -124,6 +120,7 @@ def test_redis_restart_with_aof_mid_backfill(
     assert all(w.process.poll() is None for w in workers), "workers must survive the restart"
 
 
+@pytest.mark.timeout(1800 if SOAK else 240)
 def test_redis_unreachable_for_live_producer_buffers_and_delivers(
     aof_redis: RedisServer,
     workdir: Path,
