@@ -642,7 +642,8 @@ def send_outcomes(
     source = Path(path)
     sent, rejected = 0, 0
     examples: list[RejectedLine] = []
-    with source.open(encoding="utf-8") as lines:
+    # Bytes, not text: a line that is not UTF-8 is one rejection, not the end of the file.
+    with source.open("rb") as lines:
         for number, text in enumerate(lines, start=1):
             if not text.strip():
                 continue

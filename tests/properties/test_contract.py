@@ -13,7 +13,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -117,7 +116,7 @@ def _outcome_file_lines() -> list[str]:
 @given(st.data())
 def test_damaged_outcome_files_are_sent_or_rejected_line_by_line(data: st.DataObject) -> None:
     """``evalq outcome --file`` input, damaged: valid lines sent, the others located rejections."""
-    # UTF-8 damage has a test of its own below (a known bug, marked xfail until fixed).
+    # UTF-8 damage has a test of its own below.
     damaged = data.draw(mutate_lines(_outcome_file_lines(), bytes_too=False))
     sent: list[OutcomeEvent] = []
     with tempfile.TemporaryDirectory() as directory:
@@ -132,13 +131,6 @@ def test_damaged_outcome_files_are_sent_or_rejected_line_by_line(data: st.DataOb
         assert rejected.code.strip()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="producer/_backfill.send_outcomes opens the file as text: one non-UTF-8 byte "
-    "raises UnicodeDecodeError and stops the file (found by the property above); remove "
-    "this mark when it reads bytes and rejects the line like read_snapshots does",
-)
 def test_invalid_utf8_in_an_outcome_file_is_a_rejection_not_a_crash(tmp_path: Path) -> None:
     """One line that is not UTF-8 among good ones: the good lines are still sent."""
     good = _outcome_file_lines()
