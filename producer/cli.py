@@ -517,7 +517,11 @@ def report(
     with open_store(settings.store_url) as store:
         result = build_report(store, scope)
     if html is not None:
-        html.write_text(render_html(result), encoding="utf-8")
+        try:
+            html.write_text(render_html(result), encoding="utf-8")
+        except OSError as exc:
+            _err.print(f"cannot write --html {html} ({type(exc).__name__})", markup=False)
+            raise typer.Exit(2) from None
         _err.print(f"HTML report written to {html}", highlight=False, markup=False)
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
@@ -573,6 +577,7 @@ def status(
             "--window-s",
             envvar="EVALQ_STATUS_WINDOW_S",
             min=0,
+            max=100 * 365 * 86400,  # a century; beyond it the window cannot be a datetime
             help="Decision counts over the last S seconds (0: all time)",
         ),
     ] = 3600.0,

@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from producer.snapshot import Lane
 from worker.evaluation import Limits, Thresholds, check_id
+from worker.judges._http import check_base_url
 
 __all__ = [
     "BACKSTOP_MARGIN_S",
@@ -169,9 +170,8 @@ class Settings(BaseSettings):
     def _check_judge_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http(s) URL with a host")
+        # The judges' own rule, so a URL no judge can use fails at start, not per message.
+        check_base_url(value)
         return value
 
     @field_validator("log_level")

@@ -11,12 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from pathlib import Path
 from typing import Any
 
-import pytest
 import typer
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -69,25 +67,6 @@ def _argv(draw: st.DrawFn) -> list[str]:
     return argv + draw(st.lists(_values, max_size=1))
 
 
-def _value_of(argv: list[str], flag: str) -> str | None:
-    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
-
-
-def _huge(text: str | None) -> bool:
-    try:
-        return text is not None and not abs(float(text)) < 1e9
-    except ValueError:
-        return False
-
-
-def _known_bug(argv: list[str]) -> bool:
-    """Arguments that hit a bug already reported (see the xfail tests at the end)."""
-    html = _value_of(argv, "--html") if argv[:1] == ["report"] else None
-    if html is not None and not Path(html).parent.is_dir():
-        return True
-    return argv[:1] == ["status"] and _huge(_value_of(argv, "--window-s"))
-
-
 def _environment(draw_env: dict[str, str], directory: str) -> dict[str, Any]:
     clean: dict[str, Any] = {k: None for k in os.environ if k.startswith(("EVALQ_", "TYPESAFE_"))}
     clean["EVALQ_STORE_URL"] = f"sqlite:///{directory}/fuzz.db"
@@ -111,7 +90,6 @@ def test_random_arguments_give_an_exit_code_and_a_message_never_a_traceback(
     argv = [a.replace("\x00", "") for a in argv]  # argv cannot carry NUL (execve refuses it)
     runner = CliRunner()
     with tempfile.TemporaryDirectory() as directory, contextlib.chdir(directory):
-        assume(not _known_bug(argv))  # each pinned by an xfail test below, until fixed
         result = runner.invoke(app, argv, env=_environment(env, directory))
     output = result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), (
@@ -126,13 +104,6 @@ def test_random_arguments_give_an_exit_code_and_a_message_never_a_traceback(
         assert output.strip(), (argv, "a failure must say why")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="producer/cli.py `report --html PATH` calls Path.write_text without catching OSError: "
-    "a missing directory ends in a FileNotFoundError traceback (found by the property above). "
-    "Fix: catch OSError, print 'cannot write --html PATH (<error type>)', exit 2; then drop "
-    "this mark and the assume() above.",
-)
 def test_report_html_into_a_missing_directory_is_a_message_not_a_traceback() -> None:
     """`evalq report --html missing/report.html`: exit 2 with a message naming --html."""
     runner = CliRunner()
@@ -145,12 +116,6 @@ def test_report_html_into_a_missing_directory_is_a_message_not_a_traceback() -> 
     assert "--html" in result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="producer/cli.py `status --window-s 1e20` (or inf) raises OverflowError converting "
-    "the window to an int (found by the property above). Fix: bound --window-s (e.g. "
-    "typer max=...) so it exits 2 with a message; then drop this mark and its _known_bug() case.",
-)
 def test_status_with_an_absurd_window_is_a_message_not_a_traceback() -> None:
     """`evalq status --window-s 1e20`: exit 2 with a message naming --window-s."""
     runner = CliRunner()

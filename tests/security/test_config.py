@@ -93,23 +93,7 @@ def test_judge_urls_without_an_http_scheme_and_host_are_refused(url: str) -> Non
     assert not _judges_accept(url)
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        pytest.param(
-            url,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="worker/settings.py checks only scheme and host; the judges also refuse "
-                "whitespace, credentials, queries, fragments and bad ports, so such a worker "
-                "starts 'ready' and then requeues every message (RUNTIME_UNAVAILABLE). Fix: "
-                "validate EVALQ_JUDGE_URL with worker.judges._http.check_base_url; then drop "
-                "this mark.",
-            ),
-        )
-        for url in REFUSED_BY_JUDGES_ONLY
-    ],
-)
+@pytest.mark.parametrize("url", REFUSED_BY_JUDGES_ONLY)
 def test_a_judge_url_the_judges_refuse_fails_at_start(url: str) -> None:
     """Configuration a judge cannot use is refused at start, naming EVALQ_JUDGE_URL."""
     assert not _judges_accept(url)
