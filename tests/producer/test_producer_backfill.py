@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import time
 import tracemalloc
 from collections.abc import Iterator, Sequence
@@ -281,16 +282,21 @@ def test_store_without_backfill_counts_gives_no_reader(store: Store) -> None:
     assert reader("bf-x") == (3, 1)
 
 
-def test_memory_stays_flat_from_2k_to_20k_lines(
+# The issue's figure is 10k vs 100k lines: EVALQ_MEMORY_LINES=10000,100000 (about 1 minute);
+# CI runs 2k vs 20k, which catches a leak of ~100 bytes per snapshot just as well.
+MEMORY_LINES = tuple(int(n) for n in os.environ.get("EVALQ_MEMORY_LINES", "2000,20000").split(","))
+
+
+def test_memory_stays_flat_as_the_input_grows_tenfold(
     tmp_path: Path, redis_url: str, store: Store, producer: Producer
 ) -> None:
-    """tracemalloc peak of a 20k-line backfill is < 1.5x that of a 2k-line one (real Redis)."""
+    """tracemalloc peak of a 10x larger backfill is < 1.5x that of the smaller one (real Redis)."""
     send = _sender(producer)
     warm = tmp_path / "warm.jsonl"
     write_lines(warm, 200)
     run_backfill([warm], send, store, batch_size=100)  # imports and caches outside the measure
     peaks: list[int] = []
-    for count in (2_000, 20_000):
+    for count in MEMORY_LINES:
         source = tmp_path / f"in-{count}.jsonl"
         write_lines(source, count)
         redis.Redis.from_url(redis_url).delete(BACKFILL_QUEUE)
@@ -302,7 +308,8 @@ def test_memory_stays_flat_from_2k_to_20k_lines(
             tracemalloc.stop()
         assert summary.progress.enqueued == count
         assert queue_length(redis_url, BACKFILL_QUEUE) == count // PER_MESSAGE
-    print(f"tracemalloc peaks: 2k {peaks[0] / 1e6:.2f} MB, 20k {peaks[1] / 1e6:.2f} MB")
+    small, large = MEMORY_LINES
+    print(f"tracemalloc peaks: {small} {peaks[0] / 1e6:.2f} MB, {large} {peaks[1] / 1e6:.2f} MB")
     assert peaks[1] < 1.5 * peaks[0]
 
 
