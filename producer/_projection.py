@@ -33,9 +33,8 @@ def project(snapshot: Snapshot) -> Trace:
     for event in snapshot.events:
         projector.add(event)
     base = Trace.from_messages(snapshot.trace_id, projector.messages, _catalog(snapshot.tools))
-    fields = {**base.fields, **_extras(snapshot, projector.positions)}
-    issues = (*base.issues, *projector.issues, *snapshot.issues)
-    return Trace(snapshot.trace_id, fields, issues)
+    issues = (*projector.issues, *snapshot.issues)
+    return base.extended(_extras(snapshot, projector.positions), issues)
 
 
 class _Projector:

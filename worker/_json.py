@@ -3,18 +3,32 @@
 Why canonical JSON instead of ``==``: Python's ``True == 1 == 1.0`` would merge states
 that the reference (Java) implementation keeps apart, so equality, sizes and content
 hashes all go through :func:`canonical_json`.
+
+:func:`freeze` gives exactly what a JSON round trip (``json.loads(json.dumps(v))``) would,
+frozen, but walks the value once instead of printing and parsing it: it was the largest single
+cost of a worker (measured: ~30% of the CPU per snapshot went to round trips).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, TypeAlias
 
 from pydantic import BeforeValidator, PlainSerializer
 
-__all__ = ["FrozenJson", "JsonValue", "canonical_json", "freeze", "json_size", "thaw"]
+__all__ = [
+    "FrozenJson",
+    "JsonValue",
+    "canonical_json",
+    "compact_json",
+    "freeze",
+    "json_size",
+    "thaw",
+    "utf16_units",
+]
 
 JsonValue: TypeAlias = Any
 """A JSON value: None, bool, int, float, str, tuple of values or read-only mapping."""
@@ -32,42 +46,87 @@ def _default(value: object) -> object:
     raise TypeError(f"not JSON-serializable: {type(value).__name__}")
 
 
-def _dumps(value: object, *, sort_keys: bool) -> str:
-    return json.dumps(
-        value,
+def _encoder(*, sort_keys: bool) -> Callable[[object], str]:
+    # One encoder per flavour, built once: json.dumps with keyword arguments builds a new
+    # JSONEncoder (and its C scanner) on every call.
+    encoder = json.JSONEncoder(
         sort_keys=sort_keys,
         separators=(",", ":"),
         ensure_ascii=False,
         allow_nan=False,
         default=_default,
     )
+    return encoder.encode
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name} is not JSON")
+_compact = _encoder(sort_keys=False)
+_canonical = _encoder(sort_keys=True)
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
-def _freeze_loaded(value: Any) -> JsonValue:
-    if isinstance(value, dict):
-        return MappingProxyType({k: _freeze_loaded(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return tuple(_freeze_loaded(v) for v in value)
-    return value
+def _key(key: object) -> str:
+    """A mapping key as JSON prints it (json.dumps turns numbers, bools and None into text)."""
+    if type(key) is str:
+        return key
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is None:
+        return "null"
+    if key is True or key is False:
+        return "true" if key else "false"
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return float.__repr__(_finite(key))
+    raise ValueError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _finite(number: float) -> float:
+    if not math.isfinite(number):
+        raise ValueError("non-finite number is not JSON")
+    return number
+
+
+def _frozen(value: Any) -> JsonValue:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return _finite(value)
+    if kind is dict or kind is MappingProxyType:
+        return MappingProxyType(
+            {k if type(k) is str else _key(k): _frozen(v) for k, v in value.items()}
+        )
+    if kind is tuple or kind is list:
+        return tuple([_frozen(v) for v in value])
+    return _frozen_subclass(value)
+
+
+def _frozen_subclass(value: object) -> JsonValue:
+    """Subclasses (str/int enums, dict subclasses, other mappings) as JSON would print them."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int(int.__repr__(value))
+    if isinstance(value, float):
+        return float(float.__repr__(_finite(value)))
+    if isinstance(value, Mapping):
+        return MappingProxyType({_key(k): _frozen(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple([_frozen(v) for v in value])
+    raise ValueError(f"not JSON-serializable: {type(value).__name__}")
 
 
 def freeze(value: object) -> JsonValue:
-    """Deep-copy ``value`` through a JSON round trip into read-only mappings and tuples.
+    """Deep-copy ``value`` as a JSON round trip would, into read-only mappings and tuples.
 
-    Raises ``ValueError`` for anything that is not JSON (NaN, infinities, sets, objects).
+    Raises ``ValueError`` for anything that is not JSON (NaN, infinities, sets, objects, cycles).
     """
     try:
-        text = _dumps(value, sort_keys=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"value is not JSON-serializable ({type(exc).__name__})") from None
-    return _freeze_loaded(json.loads(text, parse_constant=_reject_constant))
-
-
-_SCALARS = (str, int, float, bool, type(None))
+        return _frozen(value)
+    except RecursionError:
+        raise ValueError("value is nested too deeply (or contains itself)") from None
 
 
 def thaw(value: JsonValue) -> Any:
@@ -87,15 +146,29 @@ def thaw(value: JsonValue) -> Any:
 def canonical_json(value: object) -> str:
     """Compact JSON with sorted keys, non-ASCII unescaped, NaN rejected."""
     try:
-        return _dumps(value, sort_keys=True)
+        return _canonical(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"value is not JSON-serializable ({type(exc).__name__})") from None
 
 
+def compact_json(value: object) -> str:
+    """Compact JSON in the value's own key order (same length as :func:`canonical_json`)."""
+    try:
+        return _compact(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"value is not JSON-serializable ({type(exc).__name__})") from None
+
+
+def utf16_units(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units (what Java's ``String.length()`` counts)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le")) // 2  # a lone surrogate is not JSON text: ValueError
+
+
 def json_size(value: object) -> int:
     """Size of the compact JSON in UTF-16 code units (parity with the Java reference)."""
-    text = _dumps(value, sort_keys=False)
-    return len(text.encode("utf-16-le")) // 2
+    return utf16_units(_compact(value))
 
 
 FrozenJson = Annotated[

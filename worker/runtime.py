@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -63,6 +64,7 @@ __all__ = [
     "open_worker_store",
     "shutdown",
     "timeout_report",
+    "tune_gc",
 ]
 
 _log = logging.getLogger(__name__)
@@ -99,6 +101,22 @@ def _build_judge(settings: Settings) -> Judge:
 def open_worker_store(settings: Settings) -> Store:
     """The store of one worker process; its pool is sized for the pool threads that write."""
     return open_store(settings.store_url, pool_max_size=max(4, min(settings.concurrency, 16)))
+
+
+def tune_gc(gen0_threshold: int) -> None:
+    """Collect cycles every ``gen0_threshold`` allocations instead of CPython's 700.
+
+    A snapshot allocates thousands of short-lived containers (frozen JSON, models), freed by
+    reference counting; at 700 the cycle collector ran ~0.6 collections per snapshot and took
+    ~0.6 ms of its ~3 ms of CPU (measured with ``gc.callbacks``). At 50,000 it took 0.04 ms, and
+    the garbage waiting for a collection stays bounded (a few MB). Older generations keep
+    CPython's ratios. What start-up built (modules, schemas, metric sets) is frozen out of every
+    later collection: it lives as long as the process. Called once per worker process, after its
+    runtime is built (never from library code: freezing is process-wide).
+    """
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(gen0_threshold, gen1, gen2)
+    gc.freeze()
 
 
 def lower_priority(nice: int) -> None:

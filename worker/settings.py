@@ -97,7 +97,8 @@ class Settings(BaseSettings):
     concurrency: int = Field(default=32, ge=1, le=512)
     batch_size: int = Field(default=4, ge=1, le=1000)
     pool_threads: int | None = Field(default=None, ge=1, le=512)
-    switch_interval_ms: float = Field(default=1.0, gt=0, le=100)
+    switch_interval_ms: float = Field(default=0.25, gt=0, le=100)
+    gc_gen0_threshold: int = Field(default=50_000, ge=700, le=10_000_000)
     nice: int = Field(default=0, ge=0, le=19)
     pool: PoolKind = PoolKind.THREADS
     visibility_timeout_s: float | None = Field(default=None, gt=0)

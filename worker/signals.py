@@ -50,13 +50,15 @@ def _install_filter(logger: logging.Logger | None = None, **_: Any) -> None:
 
 
 def _start_runtime(**_: Any) -> None:
-    runtime.current()
+    rt = runtime.current()
+    runtime.tune_gc(rt.settings.gc_gen0_threshold)
 
 
 def _start_worker_process(**_: Any) -> None:
     """The main process: build the runtime and serve /metrics when EVALQ_METRICS_PORT is set."""
     global _exporter  # noqa: PLW0603 - one exporter per worker process tree
     rt = runtime.current()
+    runtime.tune_gc(rt.settings.gc_gen0_threshold)
     port = rt.settings.metrics_port
     if port is not None and _exporter is None:
         _exporter = metrics.start_exporter(port, addr=rt.settings.metrics_addr)

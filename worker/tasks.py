@@ -51,8 +51,8 @@ from producer.snapshot import (
     WindowViolation,
 )
 from worker import metrics, runtime
-from worker._json import canonical_json
-from worker.evaluation import Reason, Report, Status, Trace
+from worker._json import canonical_json, compact_json
+from worker.evaluation import Entry, Reason, Report, Status, Trace
 from worker.metric_sets import MetricSet, UnknownMetricSetError
 from worker.runtime import Runtime
 from worker.store import (
@@ -62,7 +62,7 @@ from worker.store import (
     OutcomeRecord,
     PermanentStoreError,
     RequestUsage,
-    SnapshotRecord,
+    SnapshotText,
     StoreError,
     TallyRecord,
     TransientStoreError,
@@ -114,8 +114,8 @@ def _one_argument(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
 
 
 def _check_size(item: Any) -> None:
-    try:
-        size = len(canonical_json(item).encode("utf-8"))
+    try:  # unsorted: the same length as the canonical text, without the sorting
+        size = len(compact_json(item).encode("utf-8"))
     except ValueError:
         raise _RefusedError(DeadLetterReason.SCHEMA_INVALID) from None
     if size > MAX_ITEM_BYTES:
@@ -184,11 +184,14 @@ def _dead_letter(rt: Runtime, code: str, task: str, lane: Lane | None, item: Any
     _log.warning("dead letter: %s (%s)", code, task)
 
 
-def _question_ids(metric: Any, trace: Trace, status: Status, reason: str) -> tuple[str, ...]:
+def _question_ids(metric: Any, trace: Trace, entry: Entry) -> tuple[str, ...]:
+    status, reason = entry.result.status, entry.result.reason
     judged = status in (Status.DECIDED, Status.INCONCLUSIVE) or reason in _JUDGED_REASONS
     if not judged:
         return ()
-    try:  # deterministic by contract; recomputed because the report does not carry them
+    if entry.asked:  # what the engine planned: questions are deterministic by contract
+        return tuple(f"{metric.id}.{qid}" for qid in entry.asked)
+    try:  # a result the engine decided without planning questions: recompute them
         return tuple(f"{metric.id}.{qid}" for qid in metric.questions(trace))
     except Exception:  # noqa: BLE001 - a metric that failed planning asked nothing
         return ()
@@ -206,7 +209,7 @@ def _results(
     rows = []
     for entry in report.results:
         result = entry.result
-        qids = _question_ids(by_id[entry.id], trace, result.status, result.reason)
+        qids = _question_ids(by_id[entry.id], trace, entry)
         answered = bool(qids) and result.reason not in _NO_ANSWER_REASONS
         rows.append(
             MetricResultRecord(
@@ -230,7 +233,7 @@ class _Job:
     """One accepted snapshot of a message: its content record, projection and metric set."""
 
     snapshot: Snapshot
-    content: SnapshotRecord
+    content: SnapshotText
     trace: Trace
     metric_set: MetricSet
 
@@ -320,7 +323,7 @@ def _accept(rt: Runtime, item: Any) -> _Job:
     except UnknownMetricSetError:
         raise _RefusedError(DeadLetterReason.UNKNOWN_METRIC_SET) from None
     # The canonical text is computed once: it gives the content id and the stored record.
-    content = SnapshotRecord.from_canonical_text(canonical_json(snapshot.wire()))
+    content = SnapshotText.from_wire(snapshot.wire())
     return _Job(snapshot, content, trace, metric_set)
 
 

@@ -675,3 +675,17 @@ async def test_report_json_round_trip() -> None:
     assert again == report
     with pytest.raises(ValidationError):
         again.requests = 5  # type: ignore[misc]
+
+
+@pytest.mark.asyncio
+async def test_entries_report_the_question_ids_planned_for_the_judge() -> None:
+    """`Entry.asked` holds each asked metric's local ids; metrics decided early asked none."""
+    two = Probe("two", questions_value={"x": noul(), "y": noul()})
+    early = Probe("early", early=MetricResult.skipped(Reason.MISSING_FIELDS))
+    limited = Probe("limited", state_value={"big": "z" * 50})
+    report = await _evaluator(two, early, limited, max_state_chars=20).evaluate(make_trace())
+    assert {e.id: e.asked for e in report.results} == {
+        "two": ("x", "y"),
+        "early": (),
+        "limited": (),
+    }

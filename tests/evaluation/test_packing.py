@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.evaluation.engine_kit import Probe, ScriptedJudge, make_trace, noul
-from worker.evaluation import Evaluator, Limits, Status, json_size, thaw
+from worker.evaluation import Evaluator, Limits, Status, canonical_json, json_size, thaw
 from worker.judges import JudgeRequest
 
 
@@ -171,3 +175,57 @@ async def test_groups_run_in_creation_order() -> None:
         Probe("c", state_value={"k": "C"}),
     )
     assert [thaw(r.state) for r in requests] == [{"k": "B"}, {"k": "A"}, {"k": "C"}]
+
+
+def _reference_layout(
+    states: list[dict[str, Any]], max_state_chars: int
+) -> list[tuple[list[str], dict[str, Any]]]:
+    """First fit as §E.2 words it: equal shared values (canonical JSON), size by json_size."""
+    groups: list[tuple[list[str], dict[str, Any]]] = []
+    for index, state in enumerate(states):
+        if json_size(state) > max_state_chars:
+            continue  # SKIPPED EVALUATION_LIMIT: never asked
+        for ids, merged in groups:
+            shared_equal = all(
+                canonical_json(merged[k]) == canonical_json(v)
+                for k, v in state.items()
+                if k in merged
+            )
+            if shared_equal and json_size({**merged, **state}) <= max_state_chars:
+                ids.append(f"m{index}.q")
+                for k, v in state.items():
+                    merged.setdefault(k, v)
+                break
+        else:
+            groups.append(([f"m{index}.q"], dict(state)))
+    return groups
+
+
+_STATE_VALUES = st.one_of(
+    st.sampled_from(["A", "B", "é😀", 1, 1.0, True, None]),
+    st.lists(st.sampled_from(["x", "yy", 2]), max_size=3),
+    st.dictionaries(st.sampled_from(["p", "q"]), st.sampled_from([1, "1", "ü"]), max_size=2),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(["k1", "k2", "k3", "ключ"]), _STATE_VALUES, max_size=3),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(min_value=2, max_value=60),
+)
+def test_packing_matches_first_fit_by_serialized_size(
+    states: list[dict[str, Any]], max_state_chars: int
+) -> None:
+    """Sizes summed from each value's text give the same groups as serializing merged states."""
+    probes = [Probe(f"m{i}", state_value=state) for i, state in enumerate(states)]
+    judge = ScriptedJudge()
+    evaluator = Evaluator(judge, probes, Limits(max_state_chars=max_state_chars))
+    asyncio.run(evaluator.evaluate(make_trace()))
+    assert _layout(judge.requests) == _reference_layout(states, max_state_chars)
+    for request in judge.requests:
+        assert json_size(request.state) <= max_state_chars
+        assert json.loads(request.state_json()) == thaw(request.state)

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.judges.judge_kit import CANARY_KEY, MIXED, NOUL, leaks
+from worker._json import canonical_json, compact_json
 from worker.judges import (
     InvalidReply,
     JudgeError,
@@ -82,6 +83,26 @@ async def test_body_is_the_wire_request_with_default_model(server: JudgeServer) 
     async with _judge(server) as judge:
         await judge(MIXED)
     assert server.requests[0].json() == {**MIXED.wire(), "model": "jev-latest"}
+
+
+@pytest.mark.asyncio
+async def test_planned_request_sends_the_same_json(server: JudgeServer) -> None:
+    """An engine-planned request (state serialized in advance, keys sorted) sends the same JSON."""
+    text = canonical_json(MIXED.state)
+    planned = JudgeRequest.planned(MIXED.state, MIXED.questions, text)
+    async with _judge(server) as judge:
+        await judge(planned)
+    assert server.requests[0].json() == {**MIXED.wire(), "model": "jev-latest"}
+    assert planned.state_json() == text
+    assert MIXED.state_json() == compact_json(MIXED.state)
+
+
+def test_planned_request_needs_questions() -> None:
+    """A planned request is refused without questions or with a blank question id."""
+    with pytest.raises(ValueError, match="question"):
+        JudgeRequest.planned(MIXED.state, {}, "{}")
+    with pytest.raises(ValueError, match="question"):
+        JudgeRequest.planned(MIXED.state, {" ": next(iter(MIXED.questions.values()))}, "{}")
 
 
 @pytest.mark.asyncio

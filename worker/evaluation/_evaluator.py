@@ -9,6 +9,7 @@ a judge becomes a reason code in the :class:`Report`; only the caller's own canc
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
@@ -20,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from worker._json import JsonValue, canonical_json, freeze, json_size
+from worker._json import (
+    JsonValue,
+    canonical_json,
+    compact_json,
+    freeze,
+    json_size,
+    utf16_units,
+)
 from worker.judges import (
     ChoiceQuestion,
     InvalidReply,
@@ -102,6 +110,8 @@ class Entry(_Frozen):
     id: str
     version: str
     result: MetricResult
+    asked: tuple[str, ...] = ()
+    """The metric's local question ids planned for the judge (empty if it needed none)."""
 
 
 class Report(_Frozen):
@@ -143,6 +153,7 @@ class _Ask:
     state: Mapping[str, JsonValue]
     canon: Mapping[str, str]
     questions: Mapping[str, Question]
+    sizes: Mapping[str, int]  # per key: the UTF-16 size of its `"key":value` member
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,7 @@ class _Group:
     canon: dict[str, str] = field(default_factory=dict)
     questions: dict[str, Question] = field(default_factory=dict)
     members: list[_Member] = field(default_factory=list)
+    size: int = 2  # UTF-16 size of the merged state's compact JSON ("{}" when empty)
 
 
 @dataclass
@@ -169,6 +181,7 @@ class _Run:
     results: list[MetricResult | None]
     requests: int = 0
     usage: list[RequestUsage] = field(default_factory=list)
+    asked: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -231,14 +244,16 @@ class Evaluator:
     def _plan(self, trace: Trace, run: _Run) -> list[_Group]:
         groups: list[_Group] = []
         incomplete = bool(trace.issues)
+        values = _TraceValues(trace)
         for index, metric in enumerate(self._metrics):
             if incomplete:
                 run.results[index] = MetricResult.skipped(Reason.INCOMPLETE_TRACE)
                 continue
             try:
-                planned = self._prepare(metric, trace)
+                planned = self._prepare(metric, trace, values)
                 if isinstance(planned, _Ask):
-                    self._pack(groups, _Member(index, metric, tuple(planned.questions)), planned)
+                    run.asked[index] = tuple(planned.questions)
+                    self._pack(groups, _Member(index, metric, run.asked[index]), planned)
                 else:
                     run.results[index] = planned
             except Exception as exc:  # noqa: BLE001 - isolation: only this metric fails
@@ -246,23 +261,24 @@ class Evaluator:
                 run.results[index] = MetricResult.error(Reason.DEFINITION_ERROR)
         return groups
 
-    def _prepare(self, metric: Metric, trace: Trace) -> MetricResult | _Ask:
+    def _prepare(self, metric: Metric, trace: Trace, values: _TraceValues) -> MetricResult | _Ask:
         precheck = getattr(metric, "precheck", None)
         early = None if precheck is None else precheck(trace)
         if early is not None:
             return _final(early)
-        state = _snapshot_state(metric.state(trace))
+        state = _snapshot_state(metric.state(trace), values)
         questions = _snapshot_questions(metric.questions(trace))
+        canon = {key: values.canonical(value) for key, value in state.items()}
+        sizes = {key: _member_size(key, text) for key, text in canon.items()}
         # Limits are checked before the no-question shortcut, and nothing is ever truncated.
         if len(questions) > self._limits.max_questions or (
-            json_size(state) > self._limits.max_state_chars
+            _object_size(sizes.values()) > self._limits.max_state_chars
         ):
             return MetricResult.skipped(Reason.EVALUATION_LIMIT)
         if not questions:
             return _final(metric.reduce(_NO_ANSWERS, trace))
         validated = {qid: _validate_question(q) for qid, q in questions.items()}
-        canon = {key: canonical_json(value) for key, value in state.items()}
-        return _Ask(state, canon, validated)
+        return _Ask(state, canon, validated, sizes)
 
     def _pack(self, groups: list[_Group], member: _Member, ask: _Ask) -> None:
         """First fit: the first group with room whose shared keys hold identical values."""
@@ -270,6 +286,7 @@ class Evaluator:
         if group is None:
             group = _Group()
             groups.append(group)
+        group.size = self._merged_size(group, ask)
         for key, value in ask.state.items():
             group.state.setdefault(key, value)  # equal when present: values are never replaced
             group.canon.setdefault(key, ask.canon[key])
@@ -283,7 +300,16 @@ class Evaluator:
         # Canonical JSON, not ==: True, 1 and 1.0 are different evidence for the judge.
         if any(group.canon.get(key, text) != text for key, text in ask.canon.items()):
             return False
-        return json_size({**group.state, **ask.state}) <= self._limits.max_state_chars
+        return self._merged_size(group, ask) <= self._limits.max_state_chars
+
+    @staticmethod
+    def _merged_size(group: _Group, ask: _Ask) -> int:
+        """The merged state's JSON size, from the members' sizes (shared keys hold equal text)."""
+        added = [size for key, size in ask.sizes.items() if key not in group.canon]
+        if not added:
+            return group.size
+        commas = len(added) - (0 if group.canon else 1)
+        return group.size + sum(added) + commas
 
     # -- execution (§E.3) ------------------------------------------------------------------
 
@@ -308,7 +334,7 @@ class Evaluator:
     async def _run_group(self, group: _Group, trace: Trace, run: _Run, guard: _Guard) -> None:
         guard.check()  # never start a request with no time left, or after an outer cancel
         run.requests += 1
-        request = JudgeRequest(state=group.state, questions=group.questions)
+        request = _request(group)
         reply = await _ask_judge(self._judge, request, guard.deadline)
         outcome = _classify(request, reply)
         if outcome.usage is not None:
@@ -334,9 +360,14 @@ class Evaluator:
     def _report(self, trace: Trace, run: _Run, started: float) -> Report:
         timeout = MetricResult.error(Reason.TIMEOUT)
         entries = tuple(
-            Entry(id=metric_id, version=version, result=timeout if result is None else result)
-            for metric_id, version, result in zip(
-                self._ids, self._versions, run.results, strict=True
+            Entry(
+                id=metric_id,
+                version=version,
+                result=timeout if result is None else result,
+                asked=run.asked.get(index, ()),
+            )
+            for index, (metric_id, version, result) in enumerate(
+                zip(self._ids, self._versions, run.results, strict=True)
             )
         )
         return Report(
@@ -396,20 +427,76 @@ def _attribute(metric: object, name: str) -> str:
     return value
 
 
+def _request(group: _Group) -> JudgeRequest:
+    """The group's request from what planning made: frozen state values, validated questions
+    with checked ids, and each value's canonical text (its state is serialized once)."""
+    members = (f"{_key_json(key)}:{group.canon[key]}" for key in group.state)
+    state_text = "{" + ",".join(members) + "}"
+    return JudgeRequest.planned(group.state, group.questions, state_text)
+
+
 def _final(result: object) -> MetricResult:
     if not isinstance(result, MetricResult):
         raise _DefinitionError("precheck/reduce must return a MetricResult")
     return result
 
 
-def _snapshot_state(state: object) -> Mapping[str, JsonValue]:
+def _member_size(key: str, value_text: str) -> int:
+    """UTF-16 size of ``"key":value`` in compact JSON (key order never changes a size)."""
+    return _key_size(key) + 1 + utf16_units(value_text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_size(key: str) -> int:
+    return json_size(key)  # state keys repeat across every evaluation
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_json(key: str) -> str:
+    return compact_json(key)
+
+
+def _object_size(member_sizes: Iterable[int]) -> int:
+    """UTF-16 size of a compact JSON object with members of these sizes."""
+    sizes = list(member_sizes)
+    return 2 + sum(sizes) + max(len(sizes) - 1, 0)
+
+
+class _TraceValues:
+    """One plan's memo of the trace's own field values (already frozen by the trace).
+
+    Metric states mostly hand back those very objects: they are reused instead of deep-copied
+    again, and serialized once however many states hold them (measured: re-freezing and
+    re-serializing them was ~40% of the engine's planning CPU). Holding the values keeps their
+    ids unique for the memo's lifetime.
+    """
+
+    def __init__(self, trace: Trace) -> None:
+        self._own = {id(v): v for v in trace.fields.values()}
+        self._texts: dict[int, str] = {}
+
+    def freeze(self, value: object) -> JsonValue:
+        """``value`` itself if it is one of the trace's values, else a frozen copy."""
+        return value if id(value) in self._own else freeze(value)
+
+    def canonical(self, value: object) -> str:
+        """Canonical JSON of ``value``, computed once per trace value."""
+        key = id(value)
+        if key not in self._own:
+            return canonical_json(value)
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = canonical_json(value)
+        return text
+
+
+def _snapshot_state(state: object, values: _TraceValues) -> Mapping[str, JsonValue]:
     """A deep, frozen copy of a metric's state; it must be a JSON object with string keys."""
     if not isinstance(state, Mapping):
         raise _DefinitionError("state must be a JSON object")
     if not all(isinstance(key, str) for key in state):
         raise _DefinitionError("state keys must be strings")
-    frozen: Mapping[str, JsonValue] = freeze(state)
-    return frozen
+    return MappingProxyType({key: values.freeze(value) for key, value in state.items()})
 
 
 def _snapshot_questions(questions: object) -> dict[str, object]:

@@ -172,5 +172,12 @@ def split_sentences(text: str) -> tuple[str, ...]:
     """Split ``text`` into stripped, non-blank sentences (JDK root-locale rules)."""
     if not isinstance(text, str):
         raise TypeError("split_sentences expects a str")
+    return _split(text)
+
+
+@lru_cache(maxsize=256)
+def _split(text: str) -> tuple[str, ...]:
+    # Cached: one evaluation asks for the same answer's sentences up to five times (applicable,
+    # state, questions, reduce, and the record's question ids); the result is an immutable tuple.
     stripped = (piece.strip() for piece in _segments(text))
     return tuple(piece for piece in stripped if piece)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 from worker._json import JsonValue, canonical_json, freeze, thaw
@@ -99,6 +100,18 @@ class Trace:
             fields["available_tools"] = _catalog(tools)
         return cls(trace_id, fields, builder.finish())
 
+    def extended(self, fields: Mapping[str, Any], issues: Iterable[str] = ()) -> Trace:
+        """A new trace with ``fields`` added (replacing same-named ones) and ``issues`` appended.
+
+        Only the new fields are frozen: this trace's are already read-only copies.
+        """
+        trace = object.__new__(Trace)
+        object.__setattr__(trace, "_id", self._id)
+        merged = MappingProxyType({**self._fields, **_freeze_fields(fields)})
+        object.__setattr__(trace, "_fields", merged)
+        object.__setattr__(trace, "_issues", self._issues + _check_issues(issues))
+        return trace
+
     @property
     def id(self) -> str:
         """The non-blank trace id."""
@@ -133,11 +146,11 @@ class Trace:
 
     def with_field(self, key: str, value: Any) -> Trace:
         """A new trace with one field set (issues kept)."""
-        return Trace(self._id, {**self._fields, key: value}, self._issues)
+        return self.extended({key: value})
 
     def with_issues(self, *codes: str) -> Trace:
         """A new trace with ``codes`` appended to the issues."""
-        return Trace(self._id, self._fields, (*self._issues, *codes))
+        return self.extended({}, codes)
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("Trace is immutable")

@@ -8,11 +8,12 @@ are :class:`JudgeError` (see :mod:`worker.judges._http` for retries and translat
 
 from __future__ import annotations
 
-import json
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import httpx
+
+from worker._json import compact_json
 
 from ._errors import InvalidReply
 from ._http import JsonEndpoint, RetryPolicy, check_api_key, check_base_url
@@ -116,11 +117,11 @@ class SystemOneJudge:
         return f"SystemOneJudge(url={self._url!r}, model={self._model!r})"
 
     def _body(self, request: JudgeRequest) -> bytes:
-        body: dict[str, Any] = request.wire()
-        if not (request.model or "").strip():
-            body["model"] = self._model
-        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        return text.encode("utf-8")
+        """``request.wire()`` with the model filled in, serialized (the frozen state as is)."""
+        model = request.model if (request.model or "").strip() else self._model
+        state, questions = request.state_json(), compact_json(request.questions_wire())
+        body = f'{{"state":{state},"questions":{questions},"model":{compact_json(model)}}}'
+        return body.encode("utf-8")
 
     async def __call__(self, request: JudgeRequest) -> JudgeResponse:
         """Ask System One; a validated response, :class:`InvalidReply` or :class:`JudgeError`."""

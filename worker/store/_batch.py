@@ -26,7 +26,7 @@ from typing import Any
 
 from ._backends import Tx
 from ._errors import PermanentStoreError
-from ._records import EvaluationRecord, SnapshotRecord, Written
+from ._records import EvaluationRecord, StoredSnapshot, Written
 from ._writes import (
     _INSERT_CONTENT,
     _INSERT_CRITERION,
@@ -49,7 +49,7 @@ __all__ = [
     "write_evaluations",
 ]
 
-EvaluationItem = tuple[EvaluationRecord, SnapshotRecord | None]
+EvaluationItem = tuple[EvaluationRecord, StoredSnapshot | None]
 """An evaluation and (optionally) its snapshot, as :meth:`Store.record_evaluation` takes them."""
 
 _IN_CHUNK = 500  # ids per IN (...) list: far below SQLite's and PostgreSQL's parameter limits
@@ -82,7 +82,7 @@ def existing_evaluation_ids(tx: Tx, evaluation_ids: Sequence[str]) -> frozenset[
     return frozenset(str(row[0]) for row in _in_rows(tx, sql, list(dict.fromkeys(evaluation_ids))))
 
 
-def _meta_facts(snapshot: SnapshotRecord) -> _Facts:
+def _meta_facts(snapshot: StoredSnapshot) -> _Facts:
     # The snapshot row holds exactly these values (content-addressed: same id, same content).
     meta = snapshot.meta
     return _Facts(
@@ -116,7 +116,7 @@ class PreparedBatch:
     """Rows of a batch built BEFORE its transaction opens (see :func:`prepare_evaluations`)."""
 
     items: Sequence[EvaluationItem]
-    snapshots: dict[str, SnapshotRecord]
+    snapshots: dict[str, StoredSnapshot]
     facts: dict[str, _Facts]
     rows: list[_Rows | None]  # None: the snapshot's facts are read inside the transaction
 

@@ -65,6 +65,7 @@ from ._records import (
     SampledOutCount,
     SnapshotRecord,
     StoredEvaluation,
+    StoredSnapshot,
     TallyRecord,
     Written,
     evaluation_id_for,
@@ -130,14 +131,14 @@ class Store:
         dialect = self._backend.dialect
         return self._run(lambda tx: migrate(tx, dialect))
 
-    def put_snapshot(self, record: SnapshotRecord) -> Written:
+    def put_snapshot(self, record: StoredSnapshot) -> Written:
         """Insert the snapshot if absent."""
         now = _now()
         created = self._run(lambda tx: write_snapshot(tx, record, now))
         return Written(record.snapshot_id, created)
 
     def record_evaluation(
-        self, record: EvaluationRecord, snapshot: SnapshotRecord | None = None
+        self, record: EvaluationRecord, snapshot: StoredSnapshot | None = None
     ) -> Written:
         """Insert the evaluation, its results and criteria in one transaction, unless it exists.
 

@@ -21,7 +21,7 @@ from ._records import (
     EvaluationRecord,
     OutcomeRecord,
     OutcomeWritten,
-    SnapshotRecord,
+    StoredSnapshot,
     TallyRecord,
     Written,
 )
@@ -60,7 +60,7 @@ _INSERT_CONTENT = """INSERT INTO snapshot_contents (snapshot_id, content)
 VALUES (:snapshot_id, :content) ON CONFLICT DO NOTHING"""
 
 
-def _snapshot_params(snapshot: SnapshotRecord, now: datetime) -> dict[str, Any]:
+def _snapshot_params(snapshot: StoredSnapshot, now: datetime) -> dict[str, Any]:
     m = snapshot.meta
     return {
         "snapshot_id": snapshot.snapshot_id,
@@ -84,7 +84,7 @@ def _snapshot_params(snapshot: SnapshotRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-def write_snapshot(tx: Tx, snapshot: SnapshotRecord, now: datetime) -> bool:
+def write_snapshot(tx: Tx, snapshot: StoredSnapshot, now: datetime) -> bool:
     """Insert the snapshot and its content if absent; return whether the snapshot is new."""
     created = tx.run(_INSERT_SNAPSHOT, _snapshot_params(snapshot, now)) == 1
     params = {"snapshot_id": snapshot.snapshot_id, "content": snapshot.canonical_text}
@@ -231,7 +231,7 @@ def _link_earlier_outcomes(tx: Tx, evaluation_id: str, facts: _Facts, now: datet
 
 
 def write_evaluation(
-    tx: Tx, record: EvaluationRecord, snapshot: SnapshotRecord | None, now: datetime
+    tx: Tx, record: EvaluationRecord, snapshot: StoredSnapshot | None, now: datetime
 ) -> Written:
     """Insert the evaluation with its results, criteria and links, unless it exists."""
     if snapshot is not None:
