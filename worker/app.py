@@ -14,7 +14,10 @@ Reliability settings follow the measured Celery 5.7 / kombu 5.7 facts in ``celer
   sized from the longest possible task (``Settings.effective_visibility_timeout_s``, not Celery's
   1 h default) and kombu's restore sweep runs every few seconds instead of every ~100 s, so work of
   a dead worker is redelivered well within 2 minutes; on RabbitMQ (real acks, redelivery on
-  disconnect) none of these apply and nothing is set.
+  disconnect) none of these apply and nothing is set;
+- on ``redis://`` the worker consumes through :mod:`worker._reliable_fetch` (``broker_transport``):
+  a message is popped and recorded as unacked in one atomic step, so a worker killed mid-fetch
+  loses nothing (kombu's ``BRPOP`` leaves a round trip in between).
 
 The module attribute ``app`` (also ``celery``) is created lazily from the environment, for
 ``celery -A worker.app worker``; :mod:`worker.__main__` and ``evalq worker`` are the usual entries.
@@ -66,8 +69,20 @@ def broker_transport_options(settings: Settings, broker_url: str) -> dict[str, A
         "socket_connect_timeout": 5,
         "socket_keepalive": True,
         "health_check_interval": 25,
-        "queue_order_strategy": "priority",  # BRPOP lists live before backfill before outcomes
+        "queue_order_strategy": "priority",  # fetch live before backfill before outcomes
     }
+
+
+_RELIABLE_FETCH = "worker._reliable_fetch:Transport"
+
+
+def _transport(broker_url: str) -> dict[str, Any]:
+    """The reliable-fetch transport for ``redis://`` (see :mod:`worker._reliable_fetch`).
+
+    Not for ``rediss://`` (kombu chooses its TLS defaults by that scheme name, which a transport
+    class replaces) nor ``sentinel://`` (a channel of its own): those keep kombu's ``BRPOP``.
+    """
+    return {"broker_transport": _RELIABLE_FETCH} if urlsplit(broker_url).scheme == "redis" else {}
 
 
 def _json_loads(data: Any) -> Any:
@@ -105,6 +120,7 @@ def celery_config(settings: Settings, broker_url: str) -> dict[str, Any]:
         "broker_url": broker_url,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": broker_transport_options(settings, broker_url),
+        **_transport(broker_url),
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",

@@ -30,12 +30,13 @@ it, as Celery would) must not ack on the dead channel when it finishes: acks and
 channel are skipped, the message is redelivered, and the store's idempotency makes the second
 delivery write nothing.
 
-One more Redis window, also found by the fault suite: kombu pops a message with ``BRPOP`` and
-only then records it in the ``unacked`` hash, in a second round trip. When Redis goes away
-between the two, kombu raises and drops the message it already popped — it is in neither the
-queue nor ``unacked``: lost. :class:`DeliveredAnyway` keeps such a message and hands it to the
-task as usual (it is processed and recorded; only a worker crash before the record is written,
-during the same broker outage, could still lose it).
+On ``redis://`` the worker fetches through :mod:`worker._reliable_fetch`: a message is popped and
+recorded as unacked in one atomic step, so neither a worker crash nor a Redis outage can drop it
+in transit. Where kombu's ``BRPOP`` still fetches (``rediss://``, ``sentinel://``), kombu records
+the popped message in ``unacked`` one round trip later, and if Redis goes away in between it raises
+and drops the message. :class:`DeliveredAnyway` covers that half of the window there: it keeps the
+message and hands it to the task (only a worker crash before the record is written, during the
+same broker outage, could still lose it; the reliable fetch closes both halves).
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ _BROKER_GONE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
 
 
 class DeliveredAnyway(kombu_redis.QoS):
-    """kombu's Redis QoS, except that a popped message whose ``unacked`` entry cannot be written
-    (the broker just went away) is still delivered instead of dropped (see the module)."""
+    """kombu's Redis QoS (``BRPOP`` fetch: ``rediss://``, ``sentinel://``), except that a popped
+    message whose ``unacked`` entry cannot be written (the broker just went away) is still
+    delivered instead of dropped (see the module)."""
 
     def append(self, message: Message, delivery_tag: Any) -> None:
         """Record the delivery in Redis; if Redis is unreachable, keep it locally and go on."""
@@ -128,7 +130,8 @@ class DeliveredAnyway(kombu_redis.QoS):
 
 
 def protect_deliveries(connection: Any) -> None:
-    """Install :class:`DeliveredAnyway` on ``connection``'s consuming channel (Redis only)."""
+    """Install :class:`DeliveredAnyway` on ``connection``'s consuming channel (kombu's ``BRPOP``
+    fetch only: the reliable fetch's QoS, and amqp channels, are left as they are)."""
     qos = getattr(connection.default_channel, "qos", None)  # amqp channels have none
     if type(qos) is kombu_redis.QoS:
         qos.__class__ = DeliveredAnyway

