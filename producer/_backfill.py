@@ -3,7 +3,7 @@
 ``run_backfill(paths, send, store)`` reads JSONL/JSON/OTLP files (or directories of them) with
 :func:`producer._reader.read_located` — one record at a time, so memory does not grow with the
 input — stamps each snapshot for the backfill, and hands ``send`` batches of ``batch_size``
-snapshots (``Producer.enqueue_many(batch, lane=Lane.BACKFILL, batch_size=per_message)`` packs
+snapshots (``Producer.send_many(batch, lane=Lane.BACKFILL, batch_size=per_message)`` packs
 them into few messages over one connection).
 
 Choices, and why:

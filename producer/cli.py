@@ -271,9 +271,8 @@ def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
         ):
             return run_backfill(
                 job.paths,
-                lambda batch: producer.enqueue_many(
-                    batch, lane=Lane.BACKFILL, batch_size=per_message
-                ),
+                # send_many: the ids are not needed here (the workers compute them)
+                lambda batch: producer.send_many(batch, lane=Lane.BACKFILL, batch_size=per_message),
                 store,
                 backfill_id=job.backfill_id,
                 resume=job.resume,

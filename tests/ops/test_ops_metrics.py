@@ -30,6 +30,7 @@ from worker.embedded import free_port
 from worker.evaluation import Entry, MetricResult, Reason, Report, RequestUsage, Status
 from worker.judges import (
     ChoiceQuestion,
+    InvalidReply,
     JudgeError,
     JudgeRequest,
     JudgeResponse,
@@ -40,7 +41,7 @@ from worker.judges import (
     use_deadline,
 )
 from worker.judges._http import RetryPolicy
-from worker.judges._server import serve_in_thread
+from worker.judges._server import JudgeServer, duplicate_key, serve_in_thread
 from worker.judges._server import status as http_status
 from worker.metrics import OTHER, MeteredJudge, QueueCollector, QueueInspector, WorkerMetrics
 
@@ -202,6 +203,25 @@ def test_metered_judge_records_ok_and_latency(
     assert isinstance(response, JudgeResponse)
     assert value(registry, "evalq_judge_requests_total", status="ok") == 1
     assert value(registry, "evalq_judge_latency_seconds_count") == 1
+
+
+def test_metered_wire_judge_counts_ok_and_invalid_replies(
+    wm: WorkerMetrics, registry: CollectorRegistry
+) -> None:
+    """Over System One (which validates replies itself) ok and invalid replies are both counted."""
+
+    async def two_calls(server: JudgeServer) -> None:
+        async with SystemOneJudge(server.base_url, api_key="k") as inner:
+            judge = MeteredJudge(inner, wm)
+            await judge(_request())
+            server.script(duplicate_key())  # the second reply breaks strict JSON
+            with pytest.raises(InvalidReply):
+                await judge(_request())
+
+    with serve_in_thread() as server:
+        asyncio.run(two_calls(server))
+    assert value(registry, "evalq_judge_requests_total", status="ok") == 1
+    assert value(registry, "evalq_judge_requests_total", status="invalid") == 1
 
 
 def test_metered_judge_closes_the_wrapped_judge(wm: WorkerMetrics) -> None:
