@@ -95,6 +95,7 @@ async def test_planned_request_sends_the_same_json(server: JudgeServer) -> None:
     assert server.requests[0].json() == {**MIXED.wire(), "model": "jev-latest"}
     assert planned.state_json() == text
     assert MIXED.state_json() == compact_json(MIXED.state)
+    assert MIXED.questions_json() == compact_json(MIXED.questions_wire())
 
 
 def test_planned_request_needs_questions() -> None:

@@ -119,7 +119,7 @@ class SystemOneJudge:
     def _body(self, request: JudgeRequest) -> bytes:
         """``request.wire()`` with the model filled in, serialized (the frozen state as is)."""
         model = request.model if (request.model or "").strip() else self._model
-        state, questions = request.state_json(), compact_json(request.questions_wire())
+        state, questions = request.state_json(), request.questions_json()
         body = f'{{"state":{state},"questions":{questions},"model":{compact_json(model)}}}'
         return body.encode("utf-8")
 

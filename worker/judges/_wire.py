@@ -69,7 +69,20 @@ class _StrictWire(_Wire):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
-class NoulQuestion(_Wire):
+class _Question(_Wire):
+    _wire_text: str | None = PrivateAttr(default=None)
+
+    def wire_json(self) -> str:
+        """This question's wire JSON (null noul criteria omitted), serialized once.
+
+        Most questions are constants that every request of a metric reuses.
+        """
+        if self._wire_text is None:
+            self._wire_text = compact_json(self.model_dump(mode="json", exclude_none=True))
+        return self._wire_text
+
+
+class NoulQuestion(_Question):
     """A yes/no question answered with P(yes). ``criteria`` may describe ``"true"``/``"false"``."""
 
     type: Literal["noul"] = "noul"
@@ -84,7 +97,7 @@ class NoulQuestion(_Wire):
         return {k: FrozenJsonDump(v) for k, v in kept.items()} or None
 
 
-class ChoiceQuestion(_Wire):
+class ChoiceQuestion(_Question):
     """A distribution over 2..255 named options (label -> description or null)."""
 
     type: Literal["choice"] = "choice"
@@ -101,7 +114,7 @@ class ChoiceQuestion(_Wire):
         return value
 
 
-class ScoreQuestion(_Wire):
+class ScoreQuestion(_Question):
     """An ordered rubric of 2..10 levels, level 0 lowest."""
 
     type: Literal["score"] = "score"
@@ -186,6 +199,11 @@ class JudgeRequest(_Wire):
         )
         request._state_text = state_text
         return request
+
+    def questions_json(self) -> str:
+        """The ``questions`` object of :meth:`wire` as compact JSON text."""
+        members = (f"{compact_json(qid)}:{q.wire_json()}" for qid, q in self.questions.items())
+        return "{" + ",".join(members) + "}"
 
     def questions_wire(self) -> dict[str, Any]:
         """The ``questions`` object of :meth:`wire` (null noul criteria omitted).

@@ -175,12 +175,24 @@ VALUES (:evaluation_id, :position, :metric_id, :metric_version, :status, :reason
     :cutoff_time)"""
 
 
+_RESULT_COLUMNS = (
+    "metric_id",
+    "metric_version",
+    "reason",
+    "score",
+    "passed",
+    "label",
+    "judge_model",
+)
+
+
 def _result_rows(record: EvaluationRecord, facts: _Facts) -> list[dict[str, Any]]:
     """The metric_results rows of an evaluation (shared with the batch path)."""
     window = _window(facts)
     return [
         {
-            **result.model_dump(exclude={"evidence", "question_ids"}),
+            # Plain attribute reads: model_dump per result was a visible share of a write.
+            **{column: getattr(result, column) for column in _RESULT_COLUMNS},
             **window,
             "evaluation_id": record.evaluation_id,
             "position": position,
