@@ -6,7 +6,6 @@ whatever happened.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 from producer import Producer
 from tests.faults.fault_kit import CONTROLS, ROWS, FaultWorker, format_table
-from tests.queue.queue_kit import worker_env
+from tests.queue.queue_kit import killed_on_exit, worker_env
 from worker.app import broker_transport_options
 from worker.embedded import free_port
 from worker.judges._server import JudgeServer, serve_in_thread
@@ -53,22 +52,19 @@ def start_worker(workdir: Path) -> Iterator[StartWorker]:
     ``argv`` replaces the command (e.g. a celery app of the test's own); ``ready`` waits for it.
     Every worker serves ``/metrics`` on a free port (``FaultWorker.metrics_port``).
     """
-    started: list[FaultWorker] = []
+    with killed_on_exit(FaultWorker) as started:
 
-    def start(*, argv: list[str] | None = None, ready: bool = True, **settings: str) -> FaultWorker:
-        log_path = workdir / f"worker-{len(started)}.log"
-        proc = FaultWorker(worker_env(**settings), log_path, argv, free_port())
-        started.append(proc)
-        if ready:
-            proc.wait_ready()
-        return proc
+        def start(
+            *, argv: list[str] | None = None, ready: bool = True, **settings: str
+        ) -> FaultWorker:
+            log_path = workdir / f"worker-{len(started)}.log"
+            proc = FaultWorker(worker_env(**settings), log_path, argv, free_port())
+            started.append(proc)
+            if ready:
+                proc.wait_ready()
+            return proc
 
-    try:
         yield start
-    finally:
-        for proc in started:
-            with contextlib.suppress(Exception):
-                proc.kill_group()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ Every process a test starts is killed (whole group, SIGKILL) when the test ends,
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from producer import Producer
-from tests.queue.queue_kit import WorkerProcess, worker_env
+from tests.queue.queue_kit import WorkerProcess, killed_on_exit, worker_env
 from worker.app import broker_transport_options
 from worker.judges._server import JudgeServer, serve_in_thread
 from worker.settings import load_settings
@@ -31,21 +30,16 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def start_worker(workdir: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Factory: start a ready worker configured by ``EVALQ_<KEY>=value`` keywords."""
-    started: list[WorkerProcess] = []
+    with killed_on_exit(WorkerProcess) as started:
 
-    def start(**settings: str) -> WorkerProcess:
-        index = len(started)
-        proc = WorkerProcess(worker_env(**settings), workdir / f"worker-{index}.log")
-        started.append(proc)
-        proc.wait_ready()
-        return proc
+        def start(**settings: str) -> WorkerProcess:
+            index = len(started)
+            proc = WorkerProcess(worker_env(**settings), workdir / f"worker-{index}.log")
+            started.append(proc)
+            proc.wait_ready()
+            return proc
 
-    try:
         yield start
-    finally:
-        for proc in started:
-            with contextlib.suppress(Exception):
-                proc.kill_group()
 
 
 @pytest.fixture

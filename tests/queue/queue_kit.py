@@ -13,8 +13,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -25,6 +26,7 @@ __all__ = [
     "REPO",
     "WorkerProcess",
     "example_snapshots",
+    "killed_on_exit",
     "variants",
     "wait_until",
     "worker_env",
@@ -105,3 +107,18 @@ def variants(base: Snapshot, count: int, prefix: str) -> list[Snapshot]:
     """``count`` snapshots with the content of ``base`` and distinct trace ids (distinct ids)."""
     wire = base.wire()
     return [Snapshot.model_validate({**wire, "trace_id": f"{prefix}-{i}"}) for i in range(count)]
+
+
+_W = TypeVar("_W", bound=WorkerProcess)
+
+
+@contextlib.contextmanager
+def killed_on_exit(kind: type[_W]) -> Iterator[list[_W]]:
+    """A list for the ``kind`` workers a fixture starts; each is SIGKILLed (its group) on exit."""
+    started: list[_W] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            with contextlib.suppress(Exception):
+                proc.kill_group()

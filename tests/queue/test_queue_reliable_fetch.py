@@ -7,7 +7,6 @@ one can fail: kombu's stock ``BRPOP`` transport under the same probe.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import shutil
@@ -25,7 +24,7 @@ from kombu.utils.json import dumps
 
 from tests.conftest import service_missing
 from tests.queue import fetch_probe_app as probe
-from tests.queue.queue_kit import WorkerProcess, wait_until, worker_env
+from tests.queue.queue_kit import WorkerProcess, killed_on_exit, wait_until, worker_env
 from worker import _reliable_fetch
 from worker.app import celery_config, create_app
 from worker.embedded import RedisServer
@@ -336,8 +335,11 @@ ProbeWorker = Callable[..., WorkerProcess]
 def probe_worker(workdir: Path, redis_url: str) -> Iterator[ProbeWorker]:
     """Factory: a ready probe worker (solo pool, ``fetch`` = reliable | stock) on the session's
     Redis, ``PROBE_<KEY>`` from keywords; every one is killed (whole group) at the end."""
-    started: list[WorkerProcess] = []
+    with killed_on_exit(WorkerProcess) as started:
+        yield _probe_starter(workdir, redis_url, started)
 
+
+def _probe_starter(workdir: Path, redis_url: str, started: list[WorkerProcess]) -> ProbeWorker:
     def start(fetch: str, name: str, **env: str) -> WorkerProcess:
         argv = [
             *(sys.executable, "-m", "celery", "-A", "tests.queue.fetch_probe_app", "worker"),
@@ -352,12 +354,7 @@ def probe_worker(workdir: Path, redis_url: str) -> Iterator[ProbeWorker]:
         proc.wait_ready()
         return proc
 
-    try:
-        yield start
-    finally:
-        for proc in started:
-            with contextlib.suppress(Exception):
-                proc.kill_group()
+    return start
 
 
 def _send(url: str, ids: list[str], queue: str = probe.QUEUES[0]) -> None:
