@@ -9,7 +9,6 @@ machine and fail under CI=true.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -20,6 +19,7 @@ import redis
 import yaml
 from prometheus_client import CollectorRegistry
 
+from tests.conftest import service_missing
 from tests.ops.ops_kit import OPS, promtool
 from worker.metrics import QueueCollector, QueueInspector, WorkerMetrics
 
@@ -46,10 +46,8 @@ def tool() -> str:
     """Path of promtool; missing, skip on a developer machine and fail under CI=true."""
     path = promtool()
     if path is None:
-        message = "promtool not found: install it with `bash ops/install-promtool.sh`"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        service_missing("promtool", "install it with `bash ops/install-promtool.sh`")
+    assert path is not None  # service_missing fails or skips
     return path
 
 

@@ -13,6 +13,7 @@ import os
 import tempfile
 from typing import Any
 
+import pytest
 import typer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -104,25 +105,18 @@ def test_random_arguments_give_an_exit_code_and_a_message_never_a_traceback(
         assert output.strip(), (argv, "a failure must say why")
 
 
-def test_report_html_into_a_missing_directory_is_a_message_not_a_traceback() -> None:
-    """`evalq report --html missing/report.html`: exit 2 with a message naming --html."""
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["report", "--html", "missing/report.html"], "--html"),  # a missing directory
+        (["status", "--window-s", "1e20"], "--window-s"),  # an absurd window
+    ],
+)
+def test_bad_option_value_is_a_message_not_a_traceback(argv: list[str], named: str) -> None:
+    """A bad --html directory or --window-s value: exit 2 with a message naming the option."""
     runner = CliRunner()
     with tempfile.TemporaryDirectory() as directory, contextlib.chdir(directory):
-        result = runner.invoke(
-            app, ["report", "--html", "missing/report.html"], env=_environment({}, directory)
-        )
+        result = runner.invoke(app, argv, env=_environment({}, directory))
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.exit_code == 2
-    assert "--html" in result.output
-
-
-def test_status_with_an_absurd_window_is_a_message_not_a_traceback() -> None:
-    """`evalq status --window-s 1e20`: exit 2 with a message naming --window-s."""
-    runner = CliRunner()
-    with tempfile.TemporaryDirectory() as directory, contextlib.chdir(directory):
-        result = runner.invoke(
-            app, ["status", "--window-s", "1e20"], env=_environment({}, directory)
-        )
-    assert result.exception is None or isinstance(result.exception, SystemExit)
-    assert result.exit_code == 2
-    assert "--window-s" in result.output
+    assert named in result.output

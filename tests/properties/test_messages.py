@@ -19,13 +19,17 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kombu import Connection
-from kombu import Producer as KombuProducer
 
-from producer import EVALUATE_TASK, LANE_QUEUES, OUTCOME_TASK, Lane, Producer, Snapshot
-from producer._producer import LANE_EXCHANGE
+from producer import EVALUATE_TASK, OUTCOME_TASK, Lane, Producer, Snapshot
 from tests.properties.strategies import examples, json_values
-from tests.queue.queue_kit import WorkerProcess, example_snapshots, wait_until, worker_env
+from tests.queue.queue_kit import (
+    WorkerProcess,
+    example_snapshots,
+    publish_raw,
+    task_headers,
+    wait_until,
+    worker_env,
+)
 from worker.app import broker_transport_options
 from worker.embedded import RedisServer
 from worker.metrics import DEAD_LETTER_REASONS
@@ -78,24 +82,6 @@ def served(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) 
             worker.kill_group()
 
 
-def _publish(url: str, body: bytes | str, content_type: str, headers: dict[str, Any]) -> None:
-    """A message straight through kombu: any body, any content type, any headers."""
-    with Connection(url) as conn:
-        KombuProducer(conn).publish(
-            body,
-            exchange=LANE_EXCHANGE,
-            routing_key=LANE_QUEUES[Lane.LIVE],
-            content_type=content_type,
-            content_encoding="utf-8" if isinstance(body, str) else "binary",
-            headers=headers,
-            serializer=None,
-        )
-
-
-def _task_headers(task: str) -> dict[str, Any]:
-    return {"lang": "py", "task": task, "id": str(uuid.uuid4()), "retries": 0}
-
-
 def _still_serving(served: Served, label: str) -> None:
     """A fresh valid snapshot is evaluated: the worker survived whatever came before."""
     before, _ = served.counts()
@@ -128,13 +114,13 @@ def test_each_kind_of_hostile_message_gets_its_own_reason_code(served: Served) -
     for _, payload in sends:
         served.producer.send_raw(EVALUATE_TASK, payload, lane=Lane.LIVE)
     served.producer.send_raw(OUTCOME_TASK, {"event_id": "e", "schema_version": 9}, lane="live")
-    _publish(served.broker_url, b"\x80\x04K\x01.", "application/x-python-serialize",
-             _task_headers(EVALUATE_TASK))  # fmt: skip
-    _publish(served.broker_url, "{}", "application/x-yaml", _task_headers(EVALUATE_TASK))
-    _publish(served.broker_url, '{"hello": 1}', "application/json", {})  # no task header
-    _publish(served.broker_url, '"just a string"', "application/json",
+    publish_raw(served.broker_url, b"\x80\x04K\x01.", "application/x-python-serialize",
+             task_headers(EVALUATE_TASK))  # fmt: skip
+    publish_raw(served.broker_url, "{}", "application/x-yaml", task_headers(EVALUATE_TASK))
+    publish_raw(served.broker_url, '{"hello": 1}', "application/json", {})  # no task header
+    publish_raw(served.broker_url, '"just a string"', "application/json",
              {"task": EVALUATE_TASK})  # fmt: skip
-    _publish(served.broker_url, "[[], {}, {}]", "application/json", _task_headers("os.system"))
+    publish_raw(served.broker_url, "[[], {}, {}]", "application/json", task_headers("os.system"))
 
     expected = sorted(
         [code for code, _ in sends]

@@ -13,13 +13,18 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+from kombu import Connection
+from kombu import Producer as KombuProducer
 
-from producer import Snapshot, read_snapshots
+from producer import Lane, Snapshot, read_snapshots
+from producer._producer import LANE_EXCHANGE
+from producer.snapshot import LANE_QUEUES
 
 __all__ = [
     "EXAMPLES",
@@ -27,6 +32,8 @@ __all__ = [
     "WorkerProcess",
     "example_snapshots",
     "killed_on_exit",
+    "publish_raw",
+    "task_headers",
     "variants",
     "wait_until",
     "worker_env",
@@ -122,3 +129,22 @@ def killed_on_exit(kind: type[_W]) -> Iterator[list[_W]]:
         for proc in started:
             with contextlib.suppress(Exception):
                 proc.kill_group()
+
+
+def task_headers(task: str) -> dict[str, Any]:
+    """Celery protocol-2 headers naming ``task`` (a fresh task id)."""
+    return {"lang": "py", "task": task, "id": str(uuid.uuid4()), "retries": 0}
+
+
+def publish_raw(url: str, body: bytes | str, content_type: str, headers: dict[str, Any]) -> None:
+    """A message straight through kombu onto the live lane: any body, content type, headers."""
+    with Connection(url) as conn:
+        KombuProducer(conn).publish(
+            body,
+            exchange=LANE_EXCHANGE,
+            routing_key=LANE_QUEUES[Lane.LIVE],
+            content_type=content_type,
+            content_encoding="utf-8" if isinstance(body, str) else "binary",
+            headers=headers,
+            serializer=None,
+        )

@@ -12,13 +12,17 @@ from typing import Any
 import httpx
 import pytest
 from celery import Celery
-from kombu import Connection
-from kombu import Producer as KombuProducer
 
 from producer import EVALUATE_TASK, LANE_QUEUES, Lane, OutcomeEvent, Producer, Snapshot
 from producer._producer import LANE_EXCHANGE
 from producer.snapshot import SamplingTally, TallyRow
-from tests.queue.queue_kit import WorkerProcess, example_snapshots, wait_until
+from tests.queue.queue_kit import (
+    WorkerProcess,
+    example_snapshots,
+    publish_raw,
+    task_headers,
+    wait_until,
+)
 from worker.embedded import free_port
 from worker.judges._server import JudgeServer
 from worker.ops import redrive
@@ -147,20 +151,6 @@ def test_outcomes_before_after_and_twice_link_without_changing_rows(
     assert store.count_evaluations() == 1
 
 
-def _publish_raw(broker_url: str, body: bytes | str, content_type: str, task: str) -> None:
-    headers = {"lang": "py", "task": task, "id": str(uuid.uuid4()), "retries": 0}
-    with Connection(broker_url) as conn:
-        KombuProducer(conn).publish(
-            body,
-            exchange=LANE_EXCHANGE,
-            routing_key=LANE_QUEUES[Lane.LIVE],
-            content_type=content_type,
-            content_encoding="utf-8" if isinstance(body, str) else "binary",
-            headers=headers,
-            serializer=None,
-        )
-
-
 def _send_pickled(broker_url: str, snapshot: Snapshot) -> None:
     sender = Celery("pickler", broker=broker_url, set_as_current=False)
     sender.conf.update(task_serializer="pickle", accept_content=["pickle"])
@@ -186,7 +176,7 @@ def test_undecodable_messages_become_dead_letters_and_worker_keeps_serving(
     examples = example_snapshots()
     producer = producer_for(redis_url)
     _send_pickled(redis_url, examples["order-42"])
-    _publish_raw(redis_url, '{"broken": ', "application/json", EVALUATE_TASK)
+    publish_raw(redis_url, '{"broken": ', "application/json", task_headers(EVALUATE_TASK))
     future = examples["care-no-tools"].wire()
     producer.send_raw(EVALUATE_TASK, {**future, "schema_version": 2}, lane=Lane.LIVE)
     leaky = {**future, "window": {**future["window"], "cutoff_event_id": future["events"][0]["id"]}}
@@ -231,7 +221,7 @@ def test_redrive_reenqueues_dead_letters_that_decode_now(
     producer = producer_for(redis_url)
     producer.send_raw("evalq.evaluate_v0", snapshot.wire(), lane=Lane.LIVE)
     producer.send_raw("evalq.sampling_tally_v0", tally.wire(), lane=Lane.OUTCOMES)
-    _publish_raw(redis_url, "not json at all", "application/json", EVALUATE_TASK)
+    publish_raw(redis_url, "not json at all", "application/json", task_headers(EVALUATE_TASK))
     store = open_test_store(sqlite_url)
     wait_until(lambda: len(store.open_dead_letters()) == 3, 20, "three dead letters")
     assert {d.reason for d in store.open_dead_letters()} == {"UNKNOWN_TASK", "UNDECODABLE"}

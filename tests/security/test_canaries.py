@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -26,6 +24,7 @@ import pytest
 from producer import Lane, Producer, Snapshot
 from tests.faults.conftest import StartWorker
 from tests.queue.queue_kit import example_snapshots, wait_until, worker_env
+from tests.security.security_kit import cli_output
 from worker.judges._server import JudgeServer, invalid_json, serve_in_thread, status
 from worker.store import open_store
 
@@ -126,20 +125,6 @@ def _cells(store_path: Path) -> Iterator[tuple[str, str, str]]:
                     yield table, column, text
 
 
-def _cli(args: list[str], env: dict[str, str], cwd: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode in (0, 3), done.stderr[-2000:]  # 3: a status threshold breach
-    return done.stdout + done.stderr
-
-
 def _at_least(count: Callable[[], int], n: int) -> Callable[[], bool]:
     return lambda: count() >= n
 
@@ -205,10 +190,11 @@ def test_canaries_never_leave_the_content_stores(
     env = worker_env(store_url=store_url, broker_url=redis_url)
     html = workdir / "report.html"
     outputs = {
-        "report --json": _cli(["report", "--json"], env, workdir),
-        "report": _cli(["report"], env, workdir),
-        "report --html": _cli(["report", "--html", str(html)], env, workdir) + html.read_text(),
-        "status --json": _cli(["status", "--json"], env, workdir),
+        "report --json": cli_output(["report", "--json"], env, workdir),
+        "report": cli_output(["report"], env, workdir),
+        "report --html": cli_output(["report", "--html", str(html)], env, workdir)
+        + html.read_text(),
+        "status --json": cli_output(["status", "--json"], env, workdir),
     }
     for name, text in outputs.items():
         leaks += [f"evalq {name}: {c}" for c in canaries.found_in(text)]

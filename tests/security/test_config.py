@@ -12,8 +12,6 @@ for YAML and the raw pickle serializer); a rejected configuration never echoes a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from hypothesis import strategies as st
 from producer import LANE_QUEUES, Lane, Producer
 from tests.faults.conftest import StartWorker
 from tests.queue.queue_kit import example_snapshots, wait_until, worker_env
+from tests.security.security_kit import cli_output
 from worker.embedded import RedisServer
 from worker.judges import ChatJudge, SystemOneJudge
 from worker.settings import ConfigError, load_settings
@@ -190,17 +189,7 @@ def test_broker_and_store_credentials_come_from_the_environment_and_are_never_pr
     env = worker_env(broker_url=broker_url, store_url=store_url)
     outputs = [worker.log]
     for args in (["status", "--json"], ["report", "--json"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "producer.cli", *args],
-            env=env,
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode in (0, 3), done.stderr[-1000:]
-        outputs.append(done.stdout + done.stderr)
+        outputs.append(cli_output(args, env, workdir))
     for text in outputs:
         assert redis_password not in text
         assert pg_password not in text

@@ -14,6 +14,7 @@ from worker.store import (
     EvaluationRecord,
     PermanentStoreError,
     SnapshotRecord,
+    SnapshotText,
     Store,
     Written,
     open_store,
@@ -134,18 +135,16 @@ def test_existing_evaluations_names_the_recorded_ones(store: Store) -> None:
     assert store.existing_evaluations([]) == frozenset()
 
 
-def test_snapshot_record_from_canonical_text_equals_the_validated_one() -> None:
-    """The fast constructor gives the same id, content, meta and text; non-canonical is refused."""
+def test_snapshot_text_from_wire_equals_the_validated_record() -> None:
+    """The worker's stored form has the validated record's id, meta and text; non-objects fail."""
     content = wire("t-fast", unit_event_id="u1", text="héllo")
     slow = SnapshotRecord(content=content)
-    fast = SnapshotRecord.from_canonical_text(canonical_json(content))
-    assert fast == slow
+    fast = SnapshotText.from_wire(content)
     assert (fast.snapshot_id, fast.meta, fast.canonical_text) == (
         slow.snapshot_id,
         slow.meta,
         slow.canonical_text,
     )
-    with pytest.raises(ValueError, match="canonical"):
-        SnapshotRecord.from_canonical_text(canonical_json(content) + " ")
+    assert fast.canonical_text == canonical_json(content)
     with pytest.raises(ValueError, match="object"):
-        SnapshotRecord.from_canonical_text("[1]")
+        SnapshotText.from_wire([1])  # type: ignore[arg-type]

@@ -26,7 +26,6 @@ from worker._json import (
     canonical_json,
     compact_json,
     freeze,
-    json_size,
     utf16_units,
 )
 from worker.judges import (
@@ -443,17 +442,12 @@ def _final(result: object) -> MetricResult:
 
 def _member_size(key: str, value_text: str) -> int:
     """UTF-16 size of ``"key":value`` in compact JSON (key order never changes a size)."""
-    return _key_size(key) + 1 + utf16_units(value_text)
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_size(key: str) -> int:
-    return json_size(key)  # state keys repeat across every evaluation
+    return utf16_units(_key_json(key)) + 1 + utf16_units(value_text)
 
 
 @functools.lru_cache(maxsize=1024)
 def _key_json(key: str) -> str:
-    return compact_json(key)
+    return compact_json(key)  # state keys repeat across every evaluation
 
 
 def _object_size(member_sizes: Iterable[int]) -> int:

@@ -141,6 +141,14 @@ def FrozenJsonDump(value: JsonValue) -> Any:  # noqa: N802 - mirrors the FrozenJ
     return thaw(value)
 
 
+def _check_questions(value: Mapping[str, Question]) -> Mapping[str, Question]:
+    if not value:
+        raise ValueError("a request needs at least one question")
+    if any(not k.strip() for k in value):
+        raise ValueError("question ids must be non-blank")
+    return value
+
+
 _QUESTIONS: TypeAdapter[dict[str, Question]] = TypeAdapter(dict[str, Question])
 
 
@@ -155,11 +163,7 @@ class JudgeRequest(_Wire):
     @field_validator("questions")
     @classmethod
     def _non_empty(cls, value: Mapping[str, Question]) -> Mapping[str, Question]:
-        if not value:
-            raise ValueError("a request needs at least one question")
-        if any(not k.strip() for k in value):
-            raise ValueError("question ids must be non-blank")
-        return value
+        return _check_questions(value)
 
     @field_validator("state")
     @classmethod
@@ -190,8 +194,7 @@ class JudgeRequest(_Wire):
         No re-validation: re-freezing and re-serializing the merged state of every request was
         ~15% of a busy worker's CPU. ``state_text`` must be the JSON of ``state``.
         """
-        if not questions or any(not qid.strip() for qid in questions):
-            raise ValueError("a request needs at least one question, with non-blank ids")
+        _check_questions(questions)
         request = cls.model_construct(
             state=MappingProxyType(dict(state)),
             questions=MappingProxyType(dict(questions)),

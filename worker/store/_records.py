@@ -7,11 +7,9 @@ or an outcome event into these models and hands them over.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Annotated, Any, Literal, NamedTuple, TypeAlias
 
 from pydantic import (
@@ -132,15 +130,6 @@ class SnapshotMeta(_Wire):
     metric_set: Text
 
 
-def _frozen(value: Any) -> Any:
-    """Freshly parsed JSON as read-only mappings and tuples (what ``FrozenJson`` holds)."""
-    if isinstance(value, dict):
-        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
-    return value
-
-
 class SnapshotRecord(_Record):
     """A snapshot's wire JSON. ``snapshot_id`` is the sha256 of its canonical JSON.
 
@@ -162,25 +151,6 @@ class SnapshotRecord(_Record):
         self._text = canonical_json(self.content)
         self._id = hashlib.sha256(self._text.encode("utf-8")).hexdigest()
         return self
-
-    @classmethod
-    def from_canonical_text(cls, text: str) -> SnapshotRecord:
-        """The record of a snapshot whose canonical JSON is already at hand (the worker's path).
-
-        Same result as ``SnapshotRecord(content=json.loads(text))``, for about a third of the
-        CPU: one parse instead of a JSON round trip, a thaw and a second serialization. ``text``
-        must be exactly what :func:`~worker._json.canonical_json` makes of it (ValueError).
-        """
-        content = json.loads(text)
-        if not isinstance(content, dict):
-            raise ValueError("snapshot content must be a JSON object")  # noqa: TRY004 - as _index
-        if canonical_json(content) != text:
-            raise ValueError("not canonical JSON")
-        record = cls.model_construct(content=_frozen(content))
-        record._meta = SnapshotMeta.model_validate(content)
-        record._text = text
-        record._id = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        return record
 
     @property
     def snapshot_id(self) -> str:
