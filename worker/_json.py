@@ -11,6 +11,7 @@ cost of a worker (measured: ~30% of the CPU per snapshot went to round trips).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ __all__ = [
     "compact_json",
     "freeze",
     "json_size",
+    "key_json",
     "thaw",
     "utf16_units",
 ]
@@ -157,6 +159,13 @@ def compact_json(value: object) -> str:
         return _compact(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"value is not JSON-serializable ({type(exc).__name__})") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def key_json(key: str) -> str:
+    """A JSON object key as compact JSON text, cached: state keys and question ids repeat in
+    every request."""
+    return compact_json(key)
 
 
 def utf16_units(text: str) -> int:

@@ -30,6 +30,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -46,12 +47,10 @@ from redis.retry import Retry
 from producer.snapshot import LANE_QUEUES, Lane
 from worker.evaluation import Reason, Report, Status
 from worker.judges import (
-    ChatJudge,
     InvalidReply,
     JudgeError,
     JudgeRequest,
     JudgeResponse,
-    SystemOneJudge,
     validate_response,
 )
 
@@ -84,6 +83,7 @@ __all__ = [
     "observe_judge_call",
     "observe_queue_wait",
     "observe_report",
+    "observe_reports",
     "start_exporter",
 ]
 
@@ -149,6 +149,9 @@ _LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0
 _WAIT_BUCKETS_S = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 
 
+_JUDGE_STATUSES = frozenset(JUDGE_STATUSES)
+
+
 def _bounded(value: str, allowed: frozenset[str]) -> str:
     return value if value in allowed else OTHER
 
@@ -159,6 +162,7 @@ class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self._metric_ids: frozenset[str] = frozenset()
         self._reasons = KNOWN_REASONS
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._define_evaluation_metrics(registry)
         self._define_judge_metrics(registry)
 
@@ -258,26 +262,51 @@ class WorkerMetrics:
 
     def observe_report(self, lane: str, report: Report) -> None:
         """Record one finished evaluation: outcome, duration, every result, tokens."""
+        self.observe_reports(lane, (report,))
+
+    def observe_reports(self, lane: str, reports: Iterable[Report]) -> None:
+        """Record finished evaluations of one lane (a message's): the same counts as one
+        :meth:`observe_report` each, with one increment per label set instead of per result.
+
+        Measured: per-result ``labels(...).inc()`` calls were ~7% of a busy worker's CPU.
+        """
         lane = _bounded(lane, _LANES)
-        self.evaluations.labels(lane, _outcome(report)).inc()
-        self.evaluation_duration.labels(lane).observe(report.elapsed_s)
-        for entry in report.results:
-            self._observe_result(lane, entry.id, entry.result.status, entry.result.reason)
-        self._observe_usage(report)
+        outcomes: Tally[str] = Tally()
+        results: Tally[tuple[str, str, str]] = Tally()
+        tokens = [0, 0]
+        unknown = 0
+        duration = self._child(self.evaluation_duration, lane)
+        for report in reports:
+            outcomes[_outcome(report)] += 1
+            duration.observe(report.elapsed_s)
+            for entry in report.results:
+                result = entry.result
+                results[(entry.id, str(result.status), result.reason)] += 1
+            known = [item.usage for item in report.usage if item.usage is not None]
+            tokens[0] += sum(u.input_tokens for u in known)
+            tokens[1] += sum(u.output_tokens for u in known)
+            unknown += max(0, report.requests - len(known))
+        for outcome, count in outcomes.items():
+            self._child(self.evaluations, lane, outcome).inc(count)
+        self._observe_results(lane, results)
+        self._child(self.judge_tokens, "input").inc(tokens[0])
+        self._child(self.judge_tokens, "output").inc(tokens[1])
+        self.judge_usage_unknown.inc(unknown)
 
-    def _observe_result(self, lane: str, metric_id: str, status: str, reason: str) -> None:
-        status_label = _bounded(str(status), _STATUSES)
-        self.metric_results.labels(
-            self.metric_label(metric_id), status_label, self.reason_label(reason)
-        ).inc()
-        if reason == Reason.TIMEOUT:
-            self.budget_timeouts.labels(lane).inc()
+    def _observe_results(self, lane: str, results: Tally[tuple[str, str, str]]) -> None:
+        for (metric_id, status, reason), count in results.items():
+            labels = (self.metric_label(metric_id), _bounded(status, _STATUSES))
+            self._child(self.metric_results, *labels, self.reason_label(reason)).inc(count)
+            if reason == Reason.TIMEOUT:
+                self._child(self.budget_timeouts, lane).inc(count)
 
-    def _observe_usage(self, report: Report) -> None:
-        known = [item.usage for item in report.usage if item.usage is not None]
-        self.judge_tokens.labels("input").inc(sum(u.input_tokens for u in known))
-        self.judge_tokens.labels("output").inc(sum(u.output_tokens for u in known))
-        self.judge_usage_unknown.inc(max(0, report.requests - len(known)))
+    def _child(self, family: Any, *labels: str) -> Any:
+        """``family.labels(*labels)``, cached: label values are bounded, so is this cache."""
+        key = (id(family), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def observe_duplicate(self, lane: str) -> None:
         """A redelivered/duplicate message found its evaluation already recorded."""
@@ -289,7 +318,7 @@ class WorkerMetrics:
 
     def observe_judge_call(self, status: str, latency_s: float) -> None:
         """One judge request finished with ``status`` (see ``JUDGE_STATUSES``)."""
-        self.judge_requests.labels(_bounded(status, frozenset(JUDGE_STATUSES))).inc()
+        self._child(self.judge_requests, _bounded(status, _JUDGE_STATUSES)).inc()
         if math.isfinite(latency_s) and latency_s >= 0:
             self.judge_latency.observe(latency_s)
 
@@ -338,6 +367,11 @@ def allow_metric_ids(metric_ids: Iterable[str]) -> None:
 def allow_reasons(codes: Iterable[str]) -> None:
     """Add reason codes (dead-letter codes, decision codes) to the known list."""
     default_metrics().allow_reasons(codes)
+
+
+def observe_reports(lane: str, reports: Iterable[Report]) -> None:
+    """:meth:`WorkerMetrics.observe_reports` on the process-wide instance."""
+    default_metrics().observe_reports(lane, reports)
 
 
 def observe_report(lane: str, report: Report) -> None:
@@ -405,7 +439,12 @@ class MeteredJudge:
         self._metrics = metrics or default_metrics()
         # The wire judges validate every reply (InvalidReply otherwise); validating it again
         # here was a visible share of a busy worker's CPU. Other judges are checked.
-        self._validates = isinstance(judge, SystemOneJudge | ChatJudge)
+        self._validates = getattr(type(judge), "validates_replies", False) is True
+
+    @property
+    def validates_replies(self) -> bool:
+        """The wrapped judge's promise (see :class:`~worker.judges.Judge`), passed on."""
+        return self._validates
 
     async def __call__(self, request: JudgeRequest) -> JudgeResponse:
         started = time.monotonic()

@@ -131,11 +131,26 @@ def _schema_code(item: Any) -> str:
 
 def decode_snapshot(item: Any) -> Snapshot:
     """Validate one queued item as a :class:`Snapshot` (``_RefusedError`` with a code otherwise)."""
-    _check_size(item)
+    return _decoded(item)[0]
+
+
+def _decoded(item: Any) -> tuple[Snapshot, SnapshotText]:
+    """The snapshot and its stored form; the size limit applies to its canonical text.
+
+    Validation comes first and the size is read off the canonical text the store needs anyway
+    (the same length as the item's compact JSON for what a producer sends), instead of
+    serializing every item once more only to measure it (measured: ~10% of the decoding CPU).
+    An invalid item is still measured first, so an oversized one is ``PAYLOAD_TOO_LARGE``.
+    """
     try:
-        return Snapshot.model_validate(item)
+        snapshot = Snapshot.model_validate(item)
     except ValidationError:
+        _check_size(item)
         raise _RefusedError(_schema_code(item)) from None
+    content = SnapshotText.from_wire(snapshot.wire())
+    if len(content.canonical_text.encode("utf-8")) > MAX_ITEM_BYTES:
+        raise _RefusedError(DeadLetterReason.PAYLOAD_TOO_LARGE)
+    return snapshot, content
 
 
 def decode_outcome(item: Any) -> OutcomeEvent:
@@ -316,14 +331,13 @@ def _items(rt: Runtime, payload: Any) -> list[Any]:
 
 def _accept(rt: Runtime, item: Any) -> _Job:
     """Decode, check the window and resolve the metric set (``_RefusedError`` with a code)."""
-    snapshot = decode_snapshot(item)
+    # The canonical text is computed once: it gives the size, the content id and the record.
+    snapshot, content = _decoded(item)
     trace = _project(snapshot)
     try:
         metric_set, _ = rt.metric_set(snapshot.metric_set)
     except UnknownMetricSetError:
         raise _RefusedError(DeadLetterReason.UNKNOWN_METRIC_SET) from None
-    # The canonical text is computed once: it gives the content id and the stored record.
-    content = SnapshotText.from_wire(snapshot.wire())
     return _Job(snapshot, content, trace, metric_set)
 
 
@@ -386,12 +400,11 @@ def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
 
 
 def _observe(finished: list[_Finished], written: list[Written]) -> None:
-    """Metrics per evaluation; a log line per live evaluation, one per backfill batch."""
-    created = 0
+    """Metrics for the whole message; a log line per live evaluation, one per backfill batch."""
+    created: dict[str, list[Report]] = {}
     for f, w in zip(finished, written, strict=True):
-        created += w.created
         if w.created:
-            metrics.observe_report(f.record.lane, f.report)
+            created.setdefault(f.record.lane, []).append(f.report)
         else:
             metrics.observe_duplicate(f.record.lane)
         if len(finished) == 1:
@@ -399,9 +412,11 @@ def _observe(finished: list[_Finished], written: list[Written]) -> None:
             _log.info(
                 "evaluation %s: %s (%s)", state, f.job.snapshot_id[:16], f.record.metric_set_version
             )
+    for lane, reports in created.items():
+        metrics.observe_reports(lane, reports)
     if len(finished) > 1:
-        size = len(finished)
-        _log.info("evaluations recorded: %d new, %d already (batch)", created, size - created)
+        size, new = len(finished), sum(len(r) for r in created.values())
+        _log.info("evaluations recorded: %d new, %d already (batch)", new, size - new)
 
 
 def _evaluate_items(rt: Runtime, items: list[Any], lane: Lane | None) -> None:

@@ -482,6 +482,31 @@ async def test_invalid_response_records_usage_first(reply: Any) -> None:
     assert report.usage[0].usage is not None
 
 
+class _Promising(ScriptedJudge):
+    """A scripted judge that claims to validate its own replies (``validates_replies``)."""
+
+    validates_replies = True
+
+
+@pytest.mark.asyncio
+async def test_a_judge_that_validates_its_replies_is_not_checked_again() -> None:
+    """validates_replies=True: the evaluator uses the reply as given (the judge's promise)."""
+    judge = _Promising(reply=_negative_usage)
+    report = await _evaluator(Probe("a"), judge=judge).evaluate(make_trace())
+    assert report.result("a").reason != Reason.INVALID_RESPONSE  # reduced, not re-checked
+    assert report.result("a") == (await _evaluator(Probe("a")).evaluate(make_trace())).result("a")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("marker", [False, "yes", 1])
+async def test_only_a_true_marker_skips_validation(marker: object) -> None:
+    """Any validates_replies other than True leaves the §A.4 check on."""
+    judge = ScriptedJudge(reply=_negative_usage)
+    judge.validates_replies = marker  # type: ignore[attr-defined]
+    report = await _evaluator(Probe("a"), judge=judge).evaluate(make_trace())
+    assert report.result("a") == MetricResult.error(Reason.INVALID_RESPONSE)
+
+
 @pytest.mark.asyncio
 async def test_missing_usage_is_invalid_with_null_usage_entry() -> None:
     """A response without usage is invalid; its entry records the model with usage None."""

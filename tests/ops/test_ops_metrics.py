@@ -158,6 +158,35 @@ def test_observe_report_counts_outcome_results_timeouts_and_tokens(
     ) == pytest.approx(0.8)
 
 
+def test_a_message_of_reports_counts_as_each_report_would(wm: WorkerMetrics) -> None:
+    """observe_reports over a batch leaves every sample as one observe_report per report."""
+    usage = (RequestUsage(model="m", usage=Usage(input_tokens=5, output_tokens=2)),)
+    batch = [
+        report(entry("goal_completion", DECIDED), entry("tool_correctness", TIMEOUT)),
+        report(entry("goal_completion", DECIDED), usage=usage),
+        report(entry("not_configured", MetricResult.skipped("CUSTOM_x")), requests=2),
+    ]
+    one_by_one = CollectorRegistry()
+    single = WorkerMetrics(one_by_one)
+    single.allow_metric_ids(["goal_completion", "tool_correctness"])
+    for item in batch:
+        single.observe_report("backfill", item)
+    wm.observe_reports("backfill", batch)
+    wm.observe_reports("backfill", [])  # an empty message changes nothing
+
+    def samples(target: WorkerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        found = {}
+        for family in (target.evaluations, target.metric_results, target.budget_timeouts):
+            for metric in family.collect():
+                for sample in metric.samples:
+                    if not sample.name.endswith("_created"):  # creation times differ
+                        found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return found
+
+    assert samples(wm) == samples(single)
+    assert samples(wm)  # the comparison is not between two empty sets
+
+
 def test_evaluation_outcome_error_and_ok(wm: WorkerMetrics, registry: CollectorRegistry) -> None:
     """ERROR results other than TIMEOUT make the outcome error; none make it ok."""
     wm.observe_report(

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 from worker._json import (
     JsonValue,
     canonical_json,
-    compact_json,
     freeze,
+    key_json,
     utf16_units,
 )
 from worker.judges import (
@@ -210,6 +210,8 @@ class Evaluator:
         if not isinstance(limits, Limits):
             raise ValueError("limits must be a Limits instance")  # noqa: TRY004 - see above
         self._judge = judge
+        # A judge that promises validated replies is not re-checked (see the Judge protocol).
+        self._trusted = getattr(judge, "validates_replies", False) is True
         self._limits = limits
         self._metrics = tuple(metrics)
         self._ids, self._versions = _identities(self._metrics)
@@ -265,10 +267,8 @@ class Evaluator:
         early = None if precheck is None else precheck(trace)
         if early is not None:
             return _final(early)
-        state = _snapshot_state(metric.state(trace), values)
+        state, canon, sizes = _snapshot_state(metric.state(trace), values)
         questions = _snapshot_questions(metric.questions(trace))
-        canon = {key: values.canonical(value) for key, value in state.items()}
-        sizes = {key: _member_size(key, text) for key, text in canon.items()}
         # Limits are checked before the no-question shortcut, and nothing is ever truncated.
         if len(questions) > self._limits.max_questions or (
             _object_size(sizes.values()) > self._limits.max_state_chars
@@ -335,7 +335,7 @@ class Evaluator:
         run.requests += 1
         request = _request(group)
         reply = await _ask_judge(self._judge, request, guard.deadline)
-        outcome = _classify(request, reply)
+        outcome = _classify(request, reply, trusted=self._trusted)
         if outcome.usage is not None:
             run.usage.append(outcome.usage)  # once per response, never per member
         guard.check()
@@ -429,7 +429,7 @@ def _attribute(metric: object, name: str) -> str:
 def _request(group: _Group) -> JudgeRequest:
     """The group's request from what planning made: frozen state values, validated questions
     with checked ids, and each value's canonical text (its state is serialized once)."""
-    members = (f"{_key_json(key)}:{group.canon[key]}" for key in group.state)
+    members = (f"{key_json(key)}:{group.canon[key]}" for key in group.state)
     state_text = "{" + ",".join(members) + "}"
     return JudgeRequest.planned(group.state, group.questions, state_text)
 
@@ -440,14 +440,10 @@ def _final(result: object) -> MetricResult:
     return result
 
 
-def _member_size(key: str, value_text: str) -> int:
-    """UTF-16 size of ``"key":value`` in compact JSON (key order never changes a size)."""
-    return utf16_units(_key_json(key)) + 1 + utf16_units(value_text)
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_json(key: str) -> str:
-    return compact_json(key)  # state keys repeat across every evaluation
+@functools.lru_cache(maxsize=4096)
+def _key_size(key: str) -> int:
+    """UTF-16 size of a key in compact JSON (state keys repeat in every evaluation)."""
+    return utf16_units(key_json(key))
 
 
 def _object_size(member_sizes: Iterable[int]) -> int:
@@ -467,44 +463,64 @@ class _TraceValues:
 
     def __init__(self, trace: Trace) -> None:
         self._own = {id(v): v for v in trace.fields.values()}
-        self._texts: dict[int, str] = {}
+        self._texts: dict[int, tuple[str, int]] = {}
 
     def freeze(self, value: object) -> JsonValue:
         """``value`` itself if it is one of the trace's values, else a frozen copy."""
         return value if id(value) in self._own else freeze(value)
 
-    def canonical(self, value: object) -> str:
-        """Canonical JSON of ``value``, computed once per trace value."""
+    def canonical(self, value: object) -> tuple[str, int]:
+        """Canonical JSON of ``value`` and its UTF-16 size, computed once per trace value."""
         key = id(value)
         if key not in self._own:
-            return canonical_json(value)
-        text = self._texts.get(key)
-        if text is None:
-            text = self._texts[key] = canonical_json(value)
-        return text
+            return _text_and_size(value)
+        found = self._texts.get(key)
+        if found is None:
+            found = self._texts[key] = _text_and_size(value)
+        return found
 
 
-def _snapshot_state(state: object, values: _TraceValues) -> Mapping[str, JsonValue]:
-    """A deep, frozen copy of a metric's state; it must be a JSON object with string keys."""
-    if not isinstance(state, Mapping):
+def _text_and_size(value: object) -> tuple[str, int]:
+    text = canonical_json(value)
+    return text, utf16_units(text)
+
+
+def _snapshot_state(
+    state: object, values: _TraceValues
+) -> tuple[Mapping[str, JsonValue], dict[str, str], dict[str, int]]:
+    """A deep, frozen copy of a metric's state (a JSON object with string keys), with each
+    value's canonical text and each ``"key":value`` member's UTF-16 size, in one pass."""
+    if type(state) is not dict and not isinstance(state, Mapping):  # exact type: no ABC check
         raise _DefinitionError("state must be a JSON object")
-    if not all(isinstance(key, str) for key in state):
-        raise _DefinitionError("state keys must be strings")
-    return MappingProxyType({key: values.freeze(value) for key, value in state.items()})
+    frozen: dict[str, JsonValue] = {}
+    canon: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    for key, value in state.items():
+        if type(key) is not str and not isinstance(key, str):
+            raise _DefinitionError("state keys must be strings")
+        frozen[key] = values.freeze(value)
+        canon[key], size = values.canonical(frozen[key])
+        sizes[key] = _key_size(key) + 1 + size
+    return MappingProxyType(frozen), canon, sizes
 
 
 def _snapshot_questions(questions: object) -> dict[str, object]:
-    if not isinstance(questions, Mapping):
+    if type(questions) is not dict and not isinstance(questions, Mapping):
         raise _DefinitionError("questions must be a mapping")
     snapshot = dict(questions)
     for qid in snapshot:
-        check_id(qid, "question id")
+        _check_question_id(qid)
     return snapshot
 
 
+@functools.lru_cache(maxsize=4096)
+def _check_question_id(qid: str) -> str:
+    return check_id(qid, "question id")  # local ids repeat in every evaluation
+
+
 def _validate_question(question: object) -> Question:
-    if isinstance(question, _QUESTION_TYPES):
-        return question
+    if type(question) in _QUESTION_TYPES or isinstance(question, _QUESTION_TYPES):
+        return question  # type: ignore[return-value]  # one of the three question models
     return _QUESTION.validate_python(question)
 
 
@@ -518,7 +534,7 @@ async def _ask_judge(judge: Judge, request: JudgeRequest, deadline: float) -> ob
         return exc
 
 
-def _classify(request: JudgeRequest, reply: object) -> _Outcome:
+def _classify(request: JudgeRequest, reply: object, *, trusted: bool) -> _Outcome:
     if isinstance(reply, InvalidReply):
         return _Outcome(Reason.INVALID_RESPONSE, _usage_of(reply.model, reply.usage))
     if isinstance(reply, Exception):
@@ -528,6 +544,8 @@ def _classify(request: JudgeRequest, reply: object) -> _Outcome:
         return _Outcome(Reason.INVALID_RESPONSE)
     # Usage first: an invalid response may still have been billed.
     usage = _usage_of(reply.model, reply.usage)
+    if trusted:
+        return _Outcome(None, usage, reply)
     try:
         validate_response(request, reply)
     except Exception as exc:  # noqa: BLE001 - any validation failure is INVALID_RESPONSE

@@ -212,6 +212,8 @@ class ChatJudge:
     content always says ``"model": null``). Use :meth:`openai_compatible` for an HTTP transport.
     """
 
+    validates_replies = True  # every reply passes validate_response for its request, or raises
+
     def __init__(
         self,
         model: str,

@@ -15,6 +15,12 @@ class Judge(Protocol):
 
     Raise :class:`~worker.judges.JudgeError` for transport/HTTP failures and
     :class:`~worker.judges.InvalidReply` for replies that arrived but are unusable.
+
+    The evaluator applies :func:`~worker.judges.validate_response` to whatever a judge returns,
+    unless the judge has an attribute ``validates_replies`` that is ``True``: its promise that every
+    response it returns was validated against the very request it answers (the wire judges do,
+    raising ``InvalidReply`` otherwise). A subclass that overrides ``__call__`` inherits that
+    promise and must keep it.
     """
 
     async def __call__(self, request: JudgeRequest) -> JudgeResponse: ...

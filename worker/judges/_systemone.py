@@ -77,6 +77,8 @@ class SystemOneJudge:
     :meth:`aclose`. The key never appears in ``repr`` or in any exception.
     """
 
+    validates_replies = True  # every reply passes validate_response for its request, or raises
+
     def __init__(
         self,
         base_url: str = DEFAULT_BASE_URL,

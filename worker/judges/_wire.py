@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from worker._json import FrozenJson, JsonValue, compact_json
+from worker._json import FrozenJson, JsonValue, compact_json, key_json
 
 __all__ = [
     "Answer",
@@ -77,9 +77,15 @@ class _Question(_Wire):
 
         Most questions are constants that every request of a metric reuses.
         """
-        if self._wire_text is None:
-            self._wire_text = compact_json(self.model_dump(mode="json", exclude_none=True))
-        return self._wire_text
+        # Private attributes read through pydantic's __getattr__ cost more than the lookup.
+        private = self.__pydantic_private__
+        assert private is not None  # every construction path sets the defaults
+        text: str | None = private["_wire_text"]
+        if text is None:
+            text = private["_wire_text"] = compact_json(
+                self.model_dump(mode="json", exclude_none=True)
+            )
+        return text
 
 
 class NoulQuestion(_Question):
@@ -205,7 +211,7 @@ class JudgeRequest(_Wire):
 
     def questions_json(self) -> str:
         """The ``questions`` object of :meth:`wire` as compact JSON text."""
-        members = (f"{compact_json(qid)}:{q.wire_json()}" for qid, q in self.questions.items())
+        members = (f"{key_json(qid)}:{q.wire_json()}" for qid, q in self.questions.items())
         return "{" + ",".join(members) + "}"
 
     def questions_wire(self) -> dict[str, Any]:
