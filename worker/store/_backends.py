@@ -129,7 +129,11 @@ class _SqliteTx:
         for start in range(0, len(rows), per):
             chunk = rows[start : start + per]
             text, _ = _positional(sql, len(chunk))
-            self._conn.execute(text, [_sqlite_value(row[n]) for row in chunk for n in names])
+            values = [row[n] for row in chunk for n in names]
+            for i, value in enumerate(values):
+                if isinstance(value, datetime):  # the only type that needs adapting
+                    values[i] = _sqlite_value(value)
+            self._conn.execute(text, values)
 
     def lock(self, key: str) -> None:
         """Nothing to do: ``BEGIN IMMEDIATE`` already holds the database's one write lock."""

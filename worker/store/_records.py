@@ -6,6 +6,7 @@ or an outcome event into these models and hands them over.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
@@ -232,6 +233,7 @@ StoredSnapshot: TypeAlias = SnapshotRecord | SnapshotText
 """Anything the store can write as a snapshot (both carry id, indexed columns and text)."""
 
 
+@functools.lru_cache(maxsize=4096)  # a batch asks for each id several times (skip, write, link)
 def evaluation_id_for(snapshot_id: str, metric_set_version: str, run: str = "") -> str:
     """Deterministic evaluation id: sha256 of the uniqueness key (unit-separated).
 

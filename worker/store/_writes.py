@@ -11,7 +11,7 @@ import hashlib
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from worker._json import canonical_json
+from worker._json import canonical_json, key_json
 
 from ._backends import Tx
 from ._errors import PermanentStoreError
@@ -198,10 +198,15 @@ def _result_rows(record: EvaluationRecord, facts: _Facts) -> list[dict[str, Any]
             "position": position,
             "status": str(result.status),
             "evidence": canonical_json(result.evidence),
-            "question_ids": canonical_json(result.question_ids),
+            "question_ids": _string_list_json(result.question_ids),
         }
         for position, result in enumerate(record.results)
     ]
+
+
+def _string_list_json(values: tuple[str, ...]) -> str:
+    """``canonical_json`` of a tuple of strings, from cached string texts (ids repeat)."""
+    return "[" + ",".join([key_json(value) for value in values]) + "]"
 
 
 def _insert_results(tx: Tx, record: EvaluationRecord, facts: _Facts) -> None:
