@@ -543,4 +543,5 @@ def register(app: Celery) -> None:
             reject_on_worker_lost=True,
             ignore_result=True,
             typing=False,
+            Request="worker.app:DecodedOnceRequest",
         )(body)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from kombu import Message
 
 from producer import LANE_QUEUES, Lane
 from tests.queue.queue_kit import example_snapshots
-from worker.app import broker_transport_options, celery_config, create_app
+from worker.app import DecodedOnceRequest, broker_transport_options, celery_config, create_app
 from worker.evaluation import Limits, Thresholds
 from worker.metric_sets import UnknownMetricSetError, build_metric_set
 from worker.settings import ConfigError, load_settings
@@ -189,3 +191,42 @@ def test_a_valid_item_decodes_to_the_same_snapshot_id() -> None:
     """A snapshot's wire form decodes back to the identical content (same id)."""
     snapshot = example_snapshots()["order-42"]
     assert decode_snapshot(snapshot.wire()).snapshot_id == snapshot.snapshot_id
+
+
+_UNUSED_BROKER = "redis://127.0.0.1:1/0"  # the app is only built, never connected
+
+
+def _task_message(body: Any) -> Message:
+    """A kombu message as the consumer receives it: JSON body, protocol-2 task headers."""
+    headers = {"id": "task-1", "task": "evalq.evaluate", "lang": "py"}
+    raw = json.dumps(body)
+    return Message(
+        body=raw,
+        headers=headers,
+        content_type="application/json",
+        content_encoding="utf-8",
+        delivery_info={"routing_key": "evalq.backfill"},
+    )
+
+
+def test_the_pool_gets_the_body_the_consumer_already_decoded() -> None:
+    """A protocol-2 body is parsed once: the request carries it decoded (no second parse)."""
+    app = create_app(load_settings(broker_url=_UNUSED_BROKER))
+    task = app.tasks["evalq.evaluate"]
+    message = _task_message([[{"x": 1}], {}, {"callbacks": None}])
+    assert message.payload == [[{"x": 1}], {}, {"callbacks": None}]  # the strategy's check
+    request = DecodedOnceRequest(message, app=app, task=task, body=message.body, decoded=False)
+    assert request.content_type is None  # Celery's marker of a pre-decoded body
+    assert request.args == [{"x": 1}]
+    assert request.body == message.payload
+
+
+def test_a_body_that_is_not_a_protocol_2_payload_stays_raw() -> None:
+    """Anything but [args, kwargs, embed] is left to Celery's own decoding."""
+    app = create_app(load_settings(broker_url=_UNUSED_BROKER))
+    message = _task_message([[{"x": 1}], {}, {}, "extra"])
+    message.payload  # noqa: B018 - decoded by the strategy before the request is built
+    with pytest.raises(ValueError, match="unpack"):  # Celery unpacks the raw payload itself
+        DecodedOnceRequest(
+            message, app=app, task=app.tasks["evalq.evaluate"], body=message.body, decoded=False
+        )
