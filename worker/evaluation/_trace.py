@@ -64,17 +64,19 @@ class Trace:
     objects never leak in, and every nested map/list is read-only (mappings and tuples).
     """
 
-    __slots__ = ("_fields", "_id", "_issues")
+    __slots__ = ("_fields", "_id", "_issues", "_present")
 
     _id: str
     _fields: Mapping[str, JsonValue]
     _issues: tuple[str, ...]
+    _present: frozenset[str]  # the keys `has` is true for (fields never change)
 
     def __init__(
         self, trace_id: str, fields: Mapping[str, Any], issues: Iterable[str] = ()
     ) -> None:
         object.__setattr__(self, "_id", _check_id(trace_id))
         object.__setattr__(self, "_fields", _freeze_fields(fields))
+        object.__setattr__(self, "_present", _present(self._fields))
         object.__setattr__(self, "_issues", _check_issues(issues))
 
     @classmethod
@@ -109,6 +111,7 @@ class Trace:
         object.__setattr__(trace, "_id", self._id)
         merged = MappingProxyType({**self._fields, **_freeze_fields(fields)})
         object.__setattr__(trace, "_fields", merged)
+        object.__setattr__(trace, "_present", _present(merged))
         object.__setattr__(trace, "_issues", self._issues + _check_issues(issues))
         return trace
 
@@ -129,10 +132,7 @@ class Trace:
 
     def has(self, key: str) -> bool:
         """True iff the value is non-null and not a blank string (``[]`` counts as present)."""
-        value = self._fields.get(key)
-        if isinstance(value, str):
-            return bool(value.strip())
-        return value is not None
+        return key in self._present  # decided once per trace: metrics ask for every key
 
     def text(self, key: str) -> str:
         """The string value, or ``""`` when absent or not a string."""
@@ -187,6 +187,15 @@ def _check_id(trace_id: object) -> str:
     if not isinstance(trace_id, str) or not trace_id.strip():
         _invalid("trace id must be a non-blank string")
     return trace_id
+
+
+def _present(fields: Mapping[str, JsonValue]) -> frozenset[str]:
+    """Keys whose value is non-null and not a blank string."""
+    return frozenset(
+        key
+        for key, value in fields.items()
+        if value is not None and not (isinstance(value, str) and not value.strip())
+    )
 
 
 def _freeze_fields(fields: object) -> Mapping[str, JsonValue]:
