@@ -87,7 +87,7 @@ def evalq_rate(bench: Bench, count: int) -> tuple[float, int, float]:
 
 def run(quick: bool) -> list[Row]:
     """Measure the baseline and P2 in the same run; one table row."""
-    noop_count, count = (100, 64) if quick else (6000, 8000)
+    noop_count, count = (100, 4 * BACKFILL.batch_size) if quick else (6000, 8000)
     with Bench("p2-noop") as bench:
         baseline = noop_ceiling(bench, noop_count)
     with Bench("p2") as bench:
