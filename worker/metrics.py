@@ -52,6 +52,7 @@ from worker.judges import (
     JudgeRequest,
     JudgeResponse,
     validate_response,
+    validates_replies,
 )
 
 __all__ = [
@@ -439,7 +440,7 @@ class MeteredJudge:
         self._metrics = metrics or default_metrics()
         # The wire judges validate every reply (InvalidReply otherwise); validating it again
         # here was a visible share of a busy worker's CPU. Other judges are checked.
-        self._validates = getattr(type(judge), "validates_replies", False) is True
+        self._validates = validates_replies(judge)
 
     @property
     def validates_replies(self) -> bool:

@@ -177,6 +177,7 @@ def test_metric_set_version_tracks_what_changes_results() -> None:
         ({"unexpected": True}, DeadLetterReason.SCHEMA_INVALID),
         ({"events": "nope"}, DeadLetterReason.SCHEMA_INVALID),
         ({"source": "x" * (4 * 1024 * 1024)}, DeadLetterReason.PAYLOAD_TOO_LARGE),
+        ({"source": "lone \ud800 surrogate"}, DeadLetterReason.SCHEMA_INVALID),  # not UTF-8
     ],
 )
 def test_invalid_items_get_their_reason_code(change: dict[str, Any], code: str) -> None:

@@ -39,6 +39,7 @@ from worker.judges import (
     Usage,
     use_deadline,
     validate_response,
+    validates_replies,
 )
 
 from . import _trace
@@ -212,7 +213,7 @@ class Evaluator:
             raise ValueError("limits must be a Limits instance")  # noqa: TRY004 - see above
         self._judge = judge
         # A judge that promises validated replies is not re-checked (see the Judge protocol).
-        self._trusted = getattr(judge, "validates_replies", False) is True
+        self._trusted = validates_replies(judge)
         self._limits = limits
         self._metrics = tuple(metrics)
         self._ids, self._versions = _identities(self._metrics)

@@ -18,7 +18,7 @@ from ._chat import ChatJudge
 from ._deadline import remaining_s, use_deadline
 from ._errors import InvalidReply, JudgeError
 from ._http import RetryPolicy
-from ._protocol import Judge
+from ._protocol import Judge, validates_replies
 from ._synthetic import SyntheticJudge
 from ._systemone import SystemOneJudge
 from ._validation import InvalidResponse, validate_response
@@ -59,4 +59,5 @@ __all__ = [
     "remaining_s",
     "use_deadline",
     "validate_response",
+    "validates_replies",
 ]

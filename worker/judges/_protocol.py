@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 from ._wire import JudgeRequest, JudgeResponse
 
-__all__ = ["Judge"]
+__all__ = ["Judge", "validates_replies"]
 
 
 @runtime_checkable
@@ -24,3 +24,8 @@ class Judge(Protocol):
     """
 
     async def __call__(self, request: JudgeRequest) -> JudgeResponse: ...
+
+
+def validates_replies(judge: object) -> bool:
+    """Whether ``judge`` promises validated replies (its ``validates_replies`` is ``True``)."""
+    return getattr(judge, "validates_replies", False) is True

@@ -217,11 +217,15 @@ class SnapshotText(_Record):
     meta: SnapshotMeta
 
     @classmethod
-    def from_wire(cls, wire: Mapping[str, Any]) -> SnapshotText:
-        """The stored form of ``Snapshot.wire()`` output: serialized once, hashed once."""
+    def from_wire(cls, wire: Mapping[str, Any], canonical_text: str | None = None) -> SnapshotText:
+        """The stored form of ``Snapshot.wire()`` output: serialized once, hashed once.
+
+        ``canonical_text``, when the caller already computed it, must be
+        ``canonical_json(wire)``.
+        """
         if not isinstance(wire, Mapping):
             raise ValueError("snapshot content must be a JSON object")  # noqa: TRY004 - as _index
-        text = canonical_json(wire)
+        text = canonical_json(wire) if canonical_text is None else canonical_text
         return cls(
             snapshot_id=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             canonical_text=text,
