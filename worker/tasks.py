@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from celery import Celery, Task
@@ -61,6 +62,7 @@ from worker.store import (
     MetricResultRecord,
     OutcomeRecord,
     PermanentStoreError,
+    PreparedBatch,
     RequestUsage,
     SnapshotText,
     StoreError,
@@ -80,6 +82,7 @@ _JUDGED_REASONS = frozenset(
     {Reason.INVALID_RESPONSE, Reason.BACKEND_ERROR, Reason.REDUCE_ERROR, Reason.TIMEOUT}
 )
 _NO_ANSWER_REASONS = frozenset({Reason.BACKEND_ERROR, Reason.TIMEOUT})
+_LOOP_UNRESPONSIVE = "LOOP_UNRESPONSIVE"
 
 
 class DeadLetterReason:
@@ -280,11 +283,12 @@ class _Job:
 
 @dataclass(frozen=True)
 class _Finished:
-    """A finished job and the evaluation record to write."""
+    """A finished job, the evaluation record to write and its store rows (built off the lock)."""
 
     job: _Job
     report: Report
     record: EvaluationRecord
+    rows: PreparedBatch
 
 
 def _evaluation_record(
@@ -376,14 +380,26 @@ def _not_done(rt: Runtime, jobs: list[_Job], lane: Lane | None) -> list[_Job]:
     return fresh
 
 
+def _job_or_refusal(rt: Runtime, item: Any) -> _Job | _RefusedError:
+    try:
+        return _accept(rt, item)
+    except _RefusedError as refused:
+        return refused
+
+
 def _accept_all(rt: Runtime, items: list[Any], lane: Lane | None) -> list[_Job]:
-    """The items to evaluate: refused ones become dead letters, evaluated ones are skipped."""
+    """The items to evaluate: refused ones become dead letters, evaluated ones are skipped.
+
+    Decoding runs on the loop (``Runtime.map_on_loop``: one thread runs the message's Python);
+    the store's reads and writes stay on this pool thread.
+    """
+    decoded = rt.map_on_loop(partial(_job_or_refusal, rt), items, rt.settings.longest_task_s)
     accepted = []
-    for item in items:
-        try:
-            accepted.append(_accept(rt, item))
-        except _RefusedError as refused:
-            _dead_letter(rt, refused.code, EVALUATE_TASK, lane, item)
+    for item, job in zip(items, decoded, strict=True):
+        if isinstance(job, _RefusedError):
+            _dead_letter(rt, job.code, EVALUATE_TASK, lane, item)
+        else:
+            accepted.append(job)
     return _not_done(rt, accepted, lane) if accepted else []
 
 
@@ -405,7 +421,8 @@ def _finished(
     # elapsed_s runs from the evaluation's start (its budget's start) to the hand-over of the
     # record, so the stored value bounds "recorded within budget + margin" honestly.
     elapsed_s = time.monotonic() - started_s
-    return _Finished(job, report, _evaluation_record(rt, job, report, lane, elapsed_s))
+    record = _evaluation_record(rt, job, report, lane, elapsed_s)
+    return _Finished(job, report, record, rt.store.prepare_evaluations([(record, job.content)]))
 
 
 def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
@@ -415,7 +432,7 @@ def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
     before the offending one is kept (the single-record behaviour) and the error surfaces there.
     """
     try:
-        return rt.store.record_evaluations([(f.record, f.job.content) for f in finished])
+        return rt.store.record_prepared(PreparedBatch.joined([f.rows for f in finished]))
     except PermanentStoreError:
         return [rt.store.record_evaluation(f.record, f.job.content) for f in finished]
 
@@ -446,9 +463,19 @@ def _evaluate_items(rt: Runtime, items: list[Any], lane: Lane | None) -> None:
     if not jobs:
         return
     submitted = rt.submit_many([(job.trace, job.metric_set.name) for job in jobs])
-    submitted.wait(rt.settings.longest_task_s)
+    ended = submitted.wait(rt.settings.longest_task_s)
     outcomes = list(submitted.outcomes)  # a stable copy: late finishers no longer count
-    finished = [_finished(rt, j, o, lane, started) for j, o in zip(jobs, outcomes, strict=True)]
+    pairs = list(zip(jobs, outcomes, strict=True))
+
+    def finish(pair: tuple[_Job, object]) -> _Finished:
+        return _finished(rt, *pair, lane, started)
+
+    # Records are built on the loop like the rest of the message's Python, unless the task-side
+    # backstop fired: then the loop may be what is stuck, and they are built here.
+    if ended:
+        finished = rt.map_on_loop(finish, pairs, rt.settings.longest_task_s)
+    else:
+        finished = [finish(pair) for pair in pairs]
     _observe(finished, _write(rt, finished))
 
 
@@ -461,6 +488,9 @@ def _guarded(
     except TransientStoreError as exc:
         _log.error("store unavailable: %s; message requeued", exc.code)
         raise Reject(exc.code, requeue=True) from None
+    except runtime.LoopUnresponsiveError:
+        _log.error("event loop unresponsive: %s; message requeued", _LOOP_UNRESPONSIVE)
+        raise Reject(_LOOP_UNRESPONSIVE, requeue=True) from None
     except _RefusedError as refused:
         _store_or_requeue(rt, refused.code, task_name, lane, payload)
     except StoreError as exc:
