@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Celery, Task
 from celery.exceptions import Reject
@@ -75,6 +75,7 @@ from worker.store import (
 __all__ = ["MAX_ITEM_BYTES", "DeadLetterReason", "register"]
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 MAX_ITEM_BYTES = 4 * 1024 * 1024
 """Largest snapshot or outcome (canonical JSON) a worker accepts; larger is PAYLOAD_TOO_LARGE."""
 _LANE_OF_QUEUE = {queue: lane for lane, queue in LANE_QUEUES.items()}
@@ -380,6 +381,19 @@ def _not_done(rt: Runtime, jobs: list[_Job], lane: Lane | None) -> list[_Job]:
     return fresh
 
 
+def _map(rt: Runtime, fn: Callable[[Any], _T], items: Sequence[Any]) -> list[_T]:
+    """``[fn(item) for item in items]``: on the loop for a batch, on this thread for one item.
+
+    A batch's Python work runs on the loop, so that one thread, not pool threads and the loop
+    taking turns with the GIL, runs it (measured: ~7-11% less CPU per snapshot). A one-snapshot
+    (live) message keeps it here: two thread hand-overs would add wake-ups to its latency on a
+    busy machine and save nothing worth having.
+    """
+    if len(items) > 1:
+        return rt.map_on_loop(fn, items, rt.settings.longest_task_s)
+    return [fn(item) for item in items]
+
+
 def _job_or_refusal(rt: Runtime, item: Any) -> _Job | _RefusedError:
     try:
         return _accept(rt, item)
@@ -390,10 +404,10 @@ def _job_or_refusal(rt: Runtime, item: Any) -> _Job | _RefusedError:
 def _accept_all(rt: Runtime, items: list[Any], lane: Lane | None) -> list[_Job]:
     """The items to evaluate: refused ones become dead letters, evaluated ones are skipped.
 
-    Decoding runs on the loop (``Runtime.map_on_loop``: one thread runs the message's Python);
-    the store's reads and writes stay on this pool thread.
+    Decoding runs where :func:`_map` puts a message's Python work; the store's reads and writes
+    stay on this pool thread.
     """
-    decoded = rt.map_on_loop(partial(_job_or_refusal, rt), items, rt.settings.longest_task_s)
+    decoded = _map(rt, partial(_job_or_refusal, rt), items)
     accepted = []
     for item, job in zip(items, decoded, strict=True):
         if isinstance(job, _RefusedError):
@@ -470,12 +484,9 @@ def _evaluate_items(rt: Runtime, items: list[Any], lane: Lane | None) -> None:
     def finish(pair: tuple[_Job, object]) -> _Finished:
         return _finished(rt, *pair, lane, started)
 
-    # Records are built on the loop like the rest of the message's Python, unless the task-side
+    # Records are built where the rest of the message's Python ran, unless the task-side
     # backstop fired: then the loop may be what is stuck, and they are built here.
-    if ended:
-        finished = rt.map_on_loop(finish, pairs, rt.settings.longest_task_s)
-    else:
-        finished = [finish(pair) for pair in pairs]
+    finished = _map(rt, finish, pairs) if ended else [finish(pair) for pair in pairs]
     _observe(finished, _write(rt, finished))
 
 

@@ -159,21 +159,21 @@ def test_map_on_loop_runs_every_item_on_the_loop_in_order(store: Store) -> None:
     assert seen == [(i, "evalq-loop") for i in range(50)]
 
 
-def test_an_unresponsive_loop_requeues_the_message(store: Store) -> None:
-    """Decoding needs the loop: a loop blocked past the backstop → Reject(requeue), no record."""
-    settings = load_settings(budget_s=0.2, batch_size=1, concurrency=1)
+def test_an_unresponsive_loop_requeues_a_batch(store: Store) -> None:
+    """A batch is decoded on the loop; loop stuck past the backstop: requeued, nothing recorded."""
+    settings = load_settings(budget_s=0.2, batch_size=2, concurrency=1)
     rt = Runtime(settings, store=store, judge=SyntheticJudge())
     blocked = rt.loop.call_soon_threadsafe(time.sleep, settings.longest_task_s + 1.0)
-    snapshot = example_snapshots()["order-42"]
+    batch = [s.wire() for s in variants(example_snapshots()["order-42"], 2, "stuck")]
     try:
         with pytest.raises(LoopUnresponsiveError):
             rt.map_on_loop(lambda i: i, [1], 0.2)
 
         def work() -> None:
-            tasks._evaluate_items(rt, [snapshot.wire()], Lane.LIVE)
+            tasks._evaluate_items(rt, batch, Lane.BACKFILL)
 
         with pytest.raises(Reject) as rejected:
-            tasks._guarded(rt, "evalq.evaluate", Lane.LIVE, snapshot.wire(), work)
+            tasks._guarded(rt, "evalq.evaluate", Lane.BACKFILL, batch, work)
     finally:
         blocked.cancel()
         rt.close()
