@@ -168,7 +168,10 @@ def _decoded(item: Any) -> _Decoded:
     except ValidationError:
         _check_size(item)
         raise _RefusedError(_schema_code(item)) from None
-    wire = snapshot.wire()
+    try:
+        wire = snapshot.wire()
+    except UnicodeEncodeError:  # a lone surrogate in a key: Python text, not JSON text
+        raise _RefusedError(DeadLetterReason.SCHEMA_INVALID) from None
     text = canonical_json(wire)
     _check_text_size(text)
     return _Decoded(snapshot, wire, text)

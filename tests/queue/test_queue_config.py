@@ -188,6 +188,16 @@ def test_invalid_items_get_their_reason_code(change: dict[str, Any], code: str) 
     assert caught.value.code == code
 
 
+def test_a_lone_surrogate_in_a_json_key_is_schema_invalid() -> None:
+    """A key pydantic accepts but JSON cannot hold (found by the contract property test)."""
+    item = example_snapshots()["order-42"].wire()
+    call = next(e for e in item["events"] if e["type"] == "tool_call")
+    call["arguments"] = {"\ud800": None}
+    with pytest.raises(_RefusedError) as caught:
+        decode_snapshot(item)
+    assert caught.value.code == DeadLetterReason.SCHEMA_INVALID
+
+
 def test_a_valid_item_decodes_to_the_same_snapshot_id() -> None:
     """A snapshot's wire form decodes back to the identical content (same id)."""
     snapshot = example_snapshots()["order-42"]
