@@ -27,13 +27,6 @@ Why this shape (celery-notes §2, §3, and the measurements in DESIGN.md):
   both produce an all-TIMEOUT report, so the evaluation is still recorded, never lost.
 - **A store per process.** The store is synchronous and thread-safe; pool threads write records
   directly, the consumer thread writes dead letters.
-- **The Python work of a message runs on the loop too** (:meth:`Runtime.map_on_loop`: decoding
-  and projecting its snapshots, building its records and rows); pool threads keep the blocking
-  parts (store reads and writes, waiting). Measured on a backfill worker (3 pool threads, batches
-  of 64, zero-latency judge): pool threads and the loop contending for the GIL, handing it over
-  every switch interval, cost ~11% more CPU per snapshot than the same work done on one thread.
-  The loop turns back to the evaluations in flight after each millisecond of such work
-  (checked between items), so their replies wait about that long at most.
 """
 
 from __future__ import annotations
@@ -47,7 +40,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,7 +54,6 @@ from worker.settings import BACKSTOP_MARGIN_S, JudgeKind, Settings
 from worker.store import Store, open_store
 
 __all__ = [
-    "LoopUnresponsiveError",
     "Outcome",
     "Runtime",
     "Submitted",
@@ -79,9 +71,6 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _SYSTEMONE_DEFAULT_URL = "https://api.typesafe.ai"
 _SYSTEMONE_DEFAULT_MODEL = "jev-latest"
-_YIELD_EVERY_S = 0.001
-"""A message's work on the loop hands it back to the evaluations in flight this often: a loop
-turn per item cost ~1% of a busy worker's CPU; a millisecond is nothing beside a judge's reply."""
 
 
 def judge_identity(settings: Settings) -> str:
@@ -152,10 +141,6 @@ def timeout_report(trace_id: str, metric_set: MetricSet, elapsed_s: float) -> Re
     timeout = MetricResult.error(Reason.TIMEOUT)
     entries = tuple(Entry(id=m.id, version=m.version, result=timeout) for m in metric_set.metrics)
     return Report(trace_id=trace_id, results=entries, requests=0, usage=(), elapsed_s=elapsed_s)
-
-
-class LoopUnresponsiveError(Exception):
-    """The loop did not run a message's work in time (the task requeues the message)."""
 
 
 @dataclass(frozen=True)
@@ -244,33 +229,6 @@ class Runtime:
     def call(self, coro: Coroutine[Any, Any, _T], timeout_s: float = 30.0) -> _T:
         """Run ``coro`` on the loop and wait for it (setup and teardown only)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
-    def map_on_loop(
-        self, fn: Callable[[Any], _T], items: Iterable[Any], timeout_s: float
-    ) -> list[_T]:
-        """``[fn(item) for item in items]`` computed on the loop thread, yielding every ~1 ms.
-
-        For a message's CPU work (see the module docstring). An exception of ``fn`` propagates
-        to the caller; a loop that does not finish in ``timeout_s`` raises
-        :class:`LoopUnresponsiveError` (the work is cancelled).
-        """
-
-        async def run() -> list[_T]:
-            done: list[_T] = []
-            yielded_s = time.perf_counter()
-            for item in items:
-                done.append(fn(item))
-                if time.perf_counter() - yielded_s >= _YIELD_EVERY_S:
-                    await asyncio.sleep(0)  # let the evaluations in flight read their replies
-                    yielded_s = time.perf_counter()
-            return done
-
-        future = asyncio.run_coroutine_threadsafe(run(), self.loop)
-        try:
-            return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise LoopUnresponsiveError(f"no result from the loop in {timeout_s:.0f} s") from None
 
     # -- metric sets ----------------------------------------------------------------------------
 

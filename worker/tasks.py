@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from celery import Celery, Task
 from celery.exceptions import Reject
@@ -62,7 +61,6 @@ from worker.store import (
     MetricResultRecord,
     OutcomeRecord,
     PermanentStoreError,
-    PreparedBatch,
     RequestUsage,
     SnapshotText,
     StoreError,
@@ -75,7 +73,6 @@ from worker.store import (
 __all__ = ["MAX_ITEM_BYTES", "DeadLetterReason", "register"]
 
 _log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 MAX_ITEM_BYTES = 4 * 1024 * 1024
 """Largest snapshot or outcome (canonical JSON) a worker accepts; larger is PAYLOAD_TOO_LARGE."""
 _LANE_OF_QUEUE = {queue: lane for lane, queue in LANE_QUEUES.items()}
@@ -83,7 +80,6 @@ _JUDGED_REASONS = frozenset(
     {Reason.INVALID_RESPONSE, Reason.BACKEND_ERROR, Reason.REDUCE_ERROR, Reason.TIMEOUT}
 )
 _NO_ANSWER_REASONS = frozenset({Reason.BACKEND_ERROR, Reason.TIMEOUT})
-_LOOP_UNRESPONSIVE = "LOOP_UNRESPONSIVE"
 
 
 class DeadLetterReason:
@@ -287,12 +283,11 @@ class _Job:
 
 @dataclass(frozen=True)
 class _Finished:
-    """A finished job, the evaluation record to write and its store rows (built off the lock)."""
+    """A finished job and the evaluation record to write."""
 
     job: _Job
     report: Report
     record: EvaluationRecord
-    rows: PreparedBatch
 
 
 def _evaluation_record(
@@ -384,39 +379,14 @@ def _not_done(rt: Runtime, jobs: list[_Job], lane: Lane | None) -> list[_Job]:
     return fresh
 
 
-def _map(rt: Runtime, fn: Callable[[Any], _T], items: Sequence[Any]) -> list[_T]:
-    """``[fn(item) for item in items]``: on the loop for a batch, on this thread for one item.
-
-    A batch's Python work runs on the loop, so that one thread, not pool threads and the loop
-    taking turns with the GIL, runs it (measured: ~7-11% less CPU per snapshot). A one-snapshot
-    (live) message keeps it here: two thread hand-overs would add wake-ups to its latency on a
-    busy machine and save nothing worth having.
-    """
-    if len(items) > 1:
-        return rt.map_on_loop(fn, items, rt.settings.longest_task_s)
-    return [fn(item) for item in items]
-
-
-def _job_or_refusal(rt: Runtime, item: Any) -> _Job | _RefusedError:
-    try:
-        return _accept(rt, item)
-    except _RefusedError as refused:
-        return refused
-
-
 def _accept_all(rt: Runtime, items: list[Any], lane: Lane | None) -> list[_Job]:
-    """The items to evaluate: refused ones become dead letters, evaluated ones are skipped.
-
-    Decoding runs where :func:`_map` puts a message's Python work; the store's reads and writes
-    stay on this pool thread.
-    """
-    decoded = _map(rt, partial(_job_or_refusal, rt), items)
+    """The items to evaluate: refused ones become dead letters, evaluated ones are skipped."""
     accepted = []
-    for item, job in zip(items, decoded, strict=True):
-        if isinstance(job, _RefusedError):
-            _dead_letter(rt, job.code, EVALUATE_TASK, lane, item)
-        else:
-            accepted.append(job)
+    for item in items:
+        try:
+            accepted.append(_accept(rt, item))
+        except _RefusedError as refused:
+            _dead_letter(rt, refused.code, EVALUATE_TASK, lane, item)
     return _not_done(rt, accepted, lane) if accepted else []
 
 
@@ -438,8 +408,7 @@ def _finished(
     # elapsed_s runs from the evaluation's start (its budget's start) to the hand-over of the
     # record, so the stored value bounds "recorded within budget + margin" honestly.
     elapsed_s = time.monotonic() - started_s
-    record = _evaluation_record(rt, job, report, lane, elapsed_s)
-    return _Finished(job, report, record, rt.store.prepare_evaluations([(record, job.content)]))
+    return _Finished(job, report, _evaluation_record(rt, job, report, lane, elapsed_s))
 
 
 def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
@@ -449,7 +418,7 @@ def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
     before the offending one is kept (the single-record behaviour) and the error surfaces there.
     """
     try:
-        return rt.store.record_prepared(PreparedBatch.joined([f.rows for f in finished]))
+        return rt.store.record_evaluations([(f.record, f.job.content) for f in finished])
     except PermanentStoreError:
         return [rt.store.record_evaluation(f.record, f.job.content) for f in finished]
 
@@ -480,16 +449,9 @@ def _evaluate_items(rt: Runtime, items: list[Any], lane: Lane | None) -> None:
     if not jobs:
         return
     submitted = rt.submit_many([(job.trace, job.metric_set.name) for job in jobs])
-    ended = submitted.wait(rt.settings.longest_task_s)
+    submitted.wait(rt.settings.longest_task_s)
     outcomes = list(submitted.outcomes)  # a stable copy: late finishers no longer count
-    pairs = list(zip(jobs, outcomes, strict=True))
-
-    def finish(pair: tuple[_Job, object]) -> _Finished:
-        return _finished(rt, *pair, lane, started)
-
-    # Records are built where the rest of the message's Python ran, unless the task-side
-    # backstop fired: then the loop may be what is stuck, and they are built here.
-    finished = _map(rt, finish, pairs) if ended else [finish(pair) for pair in pairs]
+    finished = [_finished(rt, j, o, lane, started) for j, o in zip(jobs, outcomes, strict=True)]
     _observe(finished, _write(rt, finished))
 
 
@@ -502,9 +464,6 @@ def _guarded(
     except TransientStoreError as exc:
         _log.error("store unavailable: %s; message requeued", exc.code)
         raise Reject(exc.code, requeue=True) from None
-    except runtime.LoopUnresponsiveError:
-        _log.error("event loop unresponsive: %s; message requeued", _LOOP_UNRESPONSIVE)
-        raise Reject(_LOOP_UNRESPONSIVE, requeue=True) from None
     except _RefusedError as refused:
         _store_or_requeue(rt, refused.code, task_name, lane, payload)
     except StoreError as exc:

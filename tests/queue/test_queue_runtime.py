@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from producer import Lane
 from tests.queue.queue_kit import example_snapshots, variants
 from worker import tasks
 from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
-from worker.runtime import LoopUnresponsiveError, Runtime
+from worker.runtime import Runtime
 from worker.settings import load_settings
 from worker.signals import RedactingFilter
 from worker.store import Store, TransientStoreError, open_store
@@ -145,37 +144,3 @@ def test_runtime_loop_is_a_background_thread_per_process(store: Store) -> None:
     assert rt.call(where()) is True
     rt.close()
     assert not rt.loop.is_running()
-
-
-def test_map_on_loop_runs_every_item_on_the_loop_in_order(store: Store) -> None:
-    """A message's CPU work runs on the loop thread, results in input order, errors raised."""
-    rt = Runtime(load_settings(), store=store, judge=SyntheticJudge())
-    try:
-        seen = rt.map_on_loop(lambda i: (i, threading.current_thread().name), range(50), 5.0)
-        with pytest.raises(ZeroDivisionError):
-            rt.map_on_loop(lambda i: 1 // i, [2, 1, 0], 5.0)
-    finally:
-        rt.close()
-    assert seen == [(i, "evalq-loop") for i in range(50)]
-
-
-def test_an_unresponsive_loop_requeues_a_batch(store: Store) -> None:
-    """A batch is decoded on the loop; loop stuck past the backstop: requeued, nothing recorded."""
-    settings = load_settings(budget_s=0.2, batch_size=2, concurrency=1)
-    rt = Runtime(settings, store=store, judge=SyntheticJudge())
-    blocked = rt.loop.call_soon_threadsafe(time.sleep, settings.longest_task_s + 1.0)
-    batch = [s.wire() for s in variants(example_snapshots()["order-42"], 2, "stuck")]
-    try:
-        with pytest.raises(LoopUnresponsiveError):
-            rt.map_on_loop(lambda i: i, [1], 0.2)
-
-        def work() -> None:
-            tasks._evaluate_items(rt, batch, Lane.BACKFILL)
-
-        with pytest.raises(Reject) as rejected:
-            tasks._guarded(rt, "evalq.evaluate", Lane.BACKFILL, batch, work)
-    finally:
-        blocked.cancel()
-        rt.close()
-    assert rejected.value.requeue is True  # type: ignore[attr-defined]  # untyped in stubs
-    assert (store.count_evaluations(), store.open_dead_letters()) == (0, ())

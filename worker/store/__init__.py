@@ -81,7 +81,6 @@ Exceptions::
 
 from __future__ import annotations
 
-from ._batch import PreparedBatch
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
 from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
 from ._records import (
@@ -128,7 +127,6 @@ __all__ = [
     "OutcomeRecord",
     "OutcomeWritten",
     "PermanentStoreError",
-    "PreparedBatch",
     "RecordScope",
     "RequestUsage",
     "ResultCount",

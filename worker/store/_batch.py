@@ -120,21 +120,6 @@ class PreparedBatch:
     facts: dict[str, _Facts]
     rows: list[_Rows | None]  # None: the snapshot's facts are read inside the transaction
 
-    @classmethod
-    def joined(cls, parts: Sequence[PreparedBatch]) -> PreparedBatch:
-        """One batch of parts prepared one by one (the worker prepares each evaluation's rows
-        on its event loop as the evaluation is finished), in order."""
-        items: list[EvaluationItem] = []
-        snapshots: dict[str, StoredSnapshot] = {}
-        facts: dict[str, _Facts] = {}
-        rows: list[_Rows | None] = []
-        for part in parts:
-            items.extend(part.items)
-            snapshots.update(part.snapshots)
-            facts.update(part.facts)
-            rows.extend(part.rows)
-        return cls(items, snapshots, facts, rows)
-
 
 def prepare_evaluations(items: Sequence[EvaluationItem]) -> PreparedBatch:
     """Everything about a batch that does not depend on the database, computed outside the lock.

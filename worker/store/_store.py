@@ -19,7 +19,6 @@ import stamina
 from ._backends import Backend, PostgresBackend, SqliteBackend, Tx
 from ._batch import (
     EvaluationItem,
-    PreparedBatch,
     existing_evaluation_ids,
     prepare_evaluations,
     write_evaluations,
@@ -160,24 +159,12 @@ class Store:
         back ``created=False``); results are in input order. All pairs commit together or none
         does, so a transient failure leaves nothing half-written for the retry.
         """
-        return self.record_prepared(self.prepare_evaluations(items))
-
-    @staticmethod
-    def prepare_evaluations(items: Sequence[EvaluationItem]) -> PreparedBatch:
-        """The rows of :meth:`record_evaluations`, built without touching the database.
-
-        Pure CPU work, kept out of the write lock; a caller may build them on another thread
-        than the one that writes them (the worker builds them on its event loop).
-        """
         for record, content in items:
             if content is not None and content.snapshot_id != record.snapshot_id:
                 raise ValueError("the snapshot passed is not the one the evaluation names")
-        return prepare_evaluations(items)
-
-    def record_prepared(self, batch: PreparedBatch) -> list[Written]:
-        """Write a batch from :meth:`prepare_evaluations` (as :meth:`record_evaluations` does)."""
-        if not batch.items:
+        if not items:
             return []
+        batch = prepare_evaluations(items)  # row building stays outside the write lock
         return self._run(lambda tx: write_evaluations(tx, batch, _now()))
 
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
