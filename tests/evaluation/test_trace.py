@@ -139,6 +139,15 @@ def test_has_is_false_for_an_absent_key() -> None:
     assert not Trace.from_fields("t", {}).has("k")
 
 
+def test_has_after_extended_follows_the_new_values() -> None:
+    """extended(): a replaced key is decided by its new value, others keep their answer."""
+    base = Trace.from_fields("t", {"kept": "x", "blanked": "y", "filled": None})
+    trace = base.extended({"blanked": "  ", "filled": [], "added": "z", "nulled": None})
+    present = {k for k in ("kept", "blanked", "filled", "added", "nulled") if trace.has(k)}
+    assert present == {"kept", "filled", "added"}
+    assert (base.has("blanked"), base.has("filled")) == (True, False)  # the original unchanged
+
+
 def test_text_returns_strings_only() -> None:
     """text(k) is the string value, or "" when absent or not a string."""
     trace = Trace.from_fields("t", {"s": "hello", "n": 3, "l": ["x"]})

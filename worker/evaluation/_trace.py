@@ -109,9 +109,10 @@ class Trace:
         """
         trace = object.__new__(Trace)
         object.__setattr__(trace, "_id", self._id)
-        merged = MappingProxyType({**self._fields, **_freeze_fields(fields)})
-        object.__setattr__(trace, "_fields", merged)
-        object.__setattr__(trace, "_present", _present(merged))
+        added = _freeze_fields(fields)
+        object.__setattr__(trace, "_fields", MappingProxyType({**self._fields, **added}))
+        # Only the new fields are looked at: a replaced key is decided by its new value.
+        object.__setattr__(trace, "_present", (self._present - added.keys()) | _present(added))
         object.__setattr__(trace, "_issues", self._issues + _check_issues(issues))
         return trace
 
@@ -194,7 +195,7 @@ def _present(fields: Mapping[str, JsonValue]) -> frozenset[str]:
     return frozenset(
         key
         for key, value in fields.items()
-        if value is not None and not (isinstance(value, str) and not value.strip())
+        if value is not None and (not isinstance(value, str) or value.strip())
     )
 
 
