@@ -319,12 +319,19 @@ class TcpProxy:
         self._open.clear()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Registered before connecting upstream: a connection accepted just before a cut, still
+        # connecting when it came, used to survive the cut and keep forwarding through it.
+        self._open.add(writer)
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:
+            self._open.discard(writer)
             writer.transport.abort()
             return
-        self._open.update((writer, up_writer))
+        if writer not in self._open:  # cut while connecting upstream: it is gone
+            up_writer.transport.abort()
+            return
+        self._open.add(up_writer)
         await asyncio.gather(
             _pump(reader, up_writer), _pump(up_reader, writer), return_exceptions=True
         )
