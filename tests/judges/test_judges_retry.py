@@ -61,6 +61,46 @@ async def test_429_retry_after_honored_then_success(
 
 
 @pytest.mark.asyncio
+async def test_a_first_attempt_that_succeeds_never_enters_stamina(
+    server: JudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call answered at once builds no stamina retry context (the fast path)."""
+    built: list[object] = []
+    original = stamina.retry_context
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stamina, "retry_context", counting)
+    async with _judge(server) as judge:
+        response = await judge(NOUL)
+    assert response.model == "synthetic"
+    assert built == []
+    server.script(status(503))
+    async with _judge(server) as judge:
+        response = await judge(NOUL)
+    assert response.model == "synthetic"
+    assert len(built) == 1
+    assert server.count == 3
+
+
+@pytest.mark.asyncio
+async def test_a_failed_first_attempt_is_stamina_s_first_attempt(
+    server: JudgeServer, real_retries: list[RetryDetails]
+) -> None:
+    """The failure of the first attempt is what stamina's hooks see as retry 1's cause."""
+    server.script(status(503), status(503))
+    async with _judge(server) as judge:
+        response = await judge(NOUL)
+    assert response.model == "synthetic"
+    assert server.count == 3
+    assert [d.retry_num for d in real_retries] == [1, 2]
+    assert all(isinstance(d.caused_by, JudgeError) for d in real_retries)
+    assert [d.wait_for for d in real_retries] == [0.05, 0.05]
+
+
+@pytest.mark.asyncio
 async def test_retry_after_http_date_in_the_past_retries_at_once(server: JudgeServer) -> None:
     """An HTTP-date Retry-After that has passed means 'retry now' (no backoff added)."""
     past = format_datetime(datetime.now(UTC) - timedelta(seconds=30), usegmt=True)
