@@ -26,6 +26,7 @@ __all__ = [
     "canonical_json",
     "compact_json",
     "freeze",
+    "freeze_reusing",
     "json_size",
     "key_json",
     "thaw",
@@ -129,6 +130,41 @@ def freeze(value: object) -> JsonValue:
         return _frozen(value)
     except RecursionError:
         raise ValueError("value is nested too deeply (or contains itself)") from None
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})  # exact types freeze returns unchanged
+
+
+def freeze_reusing(value: object) -> JsonValue:
+    """:func:`freeze`, except that read-only mappings and tuples are kept as they are.
+
+    Only for values whose mappings and tuples all came out of :func:`freeze` (e.g. the
+    ``FrozenJson`` fields of a validated model), mixed with fresh dicts and lists built around
+    them: copying those parts again only gives an equal value (measured: the copies were ~40%
+    of ``Snapshot.trace()``). A proxy over a dict someone still holds would stay mutable, and a
+    tuple holding a dict would stay unchecked: pass only what :func:`freeze` returned.
+    """
+    try:
+        return _reused(value)
+    except RecursionError:
+        raise ValueError("value is nested too deeply (or contains itself)") from None
+
+
+def _reused(value: Any) -> JsonValue:
+    # Scalars are tested inline: a call per string would cost as much as the walk it saves.
+    kind = type(value)
+    if kind is dict:
+        return MappingProxyType(
+            {
+                k if type(k) is str else _key(k): v if type(v) in _PLAIN else _reused(v)
+                for k, v in value.items()
+            }
+        )
+    if kind is list:
+        return tuple([v if type(v) in _PLAIN else _reused(v) for v in value])
+    if kind is MappingProxyType or kind is tuple:
+        return value
+    return _frozen(value)
 
 
 def thaw(value: JsonValue) -> Any:

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker._json import canonical_json, compact_json, freeze, json_size, utf16_units
+from worker._json import (
+    canonical_json,
+    compact_json,
+    freeze,
+    freeze_reusing,
+    json_size,
+    utf16_units,
+)
 
 
 class _Number(enum.IntEnum):
@@ -113,3 +120,41 @@ def test_utf16_units_counts_astral_characters_twice() -> None:
     assert utf16_units("abc") == 3
     assert utf16_units("é") == 1
     assert utf16_units("😀") == 2
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_freeze_reusing_equals_freeze_on_fresh_values(value: object) -> None:
+    """Dicts, lists and scalars are frozen exactly as freeze does (types, order, refusals)."""
+    expected, got = _outcome(freeze, value), _outcome(freeze_reusing, _fresh(value))
+    assert got[0] == expected[0]
+    assert repr(got[1]) == repr(expected[1])
+
+
+def _fresh(value: object) -> object:
+    """``value`` with its mapping proxies and tuples turned into dicts and lists."""
+    if isinstance(value, MappingProxyType | dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_fresh(v) for v in value]
+    return value
+
+
+def test_freeze_reusing_keeps_frozen_parts_and_copies_the_rest() -> None:
+    """Frozen mappings and tuples inside are the same objects; the dicts around them are new."""
+    arguments, items = freeze({"order_id": 42}), freeze([1, "two"])
+    outer = {"call": {"arguments": arguments, "items": items}, "names": ["a", _Word.X]}
+    frozen = freeze_reusing(outer)
+    assert frozen["call"]["arguments"] is arguments
+    assert frozen["call"]["items"] is items
+    assert repr(frozen) == repr(freeze(outer))
+    assert type(frozen["names"][1]) is str  # subclasses become plain values, as freeze does
+
+
+def test_freeze_reusing_refuses_what_is_not_json() -> None:
+    """Non-finite numbers, sets and cycles in the fresh parts are ValueErrors, as in freeze."""
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    for bad in ({"k": float("inf")}, [float("nan")], {"s": {1}}, cyclic):
+        with pytest.raises(ValueError, match=r"JSON|nested"):
+            freeze_reusing(bad)

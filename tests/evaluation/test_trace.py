@@ -16,7 +16,7 @@ from tests.evaluation.order42 import (
     order42_messages,
     order42_tools,
 )
-from worker.evaluation import Trace, thaw
+from worker.evaluation import Trace, freeze, thaw
 
 
 def _call(call_id: Any, name: str = "lookup", arguments: Any = "{}") -> dict[str, Any]:
@@ -216,6 +216,37 @@ def test_copy_and_pickle_round_trip() -> None:
     trace = Trace.from_messages("t", order42_messages(), order42_tools())
     assert copy.deepcopy(trace) == trace
     assert pickle.loads(pickle.dumps(trace)) == trace
+
+
+def test_from_frozen_parts_is_from_messages_then_extended() -> None:
+    """Frozen arguments/parameters/fields give from_messages(...).extended(...)'s exact trace."""
+    messages = order42_messages()
+    messages[2]["tool_calls"][0]["function"]["arguments"] = freeze({"order_id": 42})
+    tools = order42_tools()
+    tools[0]["function"]["parameters"] = freeze(tools[0]["function"]["parameters"])
+    extra = {"contexts": freeze([{"doc": "policy"}]), "claims": ["shipped"]}
+    trace = Trace.from_frozen_parts("t", messages, tools, extra, ["TRUNCATED_CONTENT"])
+    expected = Trace.from_messages("t", order42_messages(), order42_tools()).extended(
+        thaw(extra), ["TRUNCATED_CONTENT"]
+    )
+    assert trace == expected
+    assert repr(trace.fields) == repr(expected.fields)  # key order and exact types too
+    assert trace.issues == ("TRUNCATED_CONTENT",)
+    assert trace.fields["contexts"] is extra["contexts"]  # kept, not copied
+
+
+def test_from_frozen_parts_applies_the_same_rules() -> None:
+    """Raw argument text is still parsed or flagged; malformed input still raises ValueError."""
+    raw = [_user(), _assistant(_call("a", arguments='{"x": 1}'), _call("b", arguments="{x"))]
+    trace = Trace.from_frozen_parts("t", raw)
+    assert trace == Trace.from_messages("t", raw)
+    assert trace.issues == ("INVALID_TOOL_ARGUMENTS", "PENDING_TOOL_CALL")
+    with pytest.raises(ValueError, match="role"):
+        Trace.from_frozen_parts("t", [{"role": "robot"}])
+    with pytest.raises(ValueError, match="mapping"):
+        Trace.from_frozen_parts("t", [], fields=["not", "a", "mapping"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="issue"):
+        Trace.from_frozen_parts("t", [], issues=[" "])
 
 
 # --- §B.2 canonical fields ---------------------------------------------------------------

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from worker._json import JsonValue, canonical_json, freeze, thaw
+from worker._json import JsonValue, canonical_json, freeze, freeze_reusing, thaw
 
 __all__ = ["Trace"]
 
@@ -94,13 +94,35 @@ class Trace:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Trace:
         """Normalize OpenAI chat-format messages (and an optional tool catalog) by §B.2-§B.3."""
-        builder = _Builder()
-        for index, message in enumerate(_check_messages(messages)):
-            builder.add(index, message)
-        fields = builder.fields()
-        if tools is not None:
-            fields["available_tools"] = _catalog(tools)
-        return cls(trace_id, fields, builder.finish())
+        fields, issues = _normalized(messages, tools)
+        return cls(trace_id, fields, issues)
+
+    @classmethod
+    def from_frozen_parts(
+        cls,
+        trace_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        fields: Mapping[str, Any] | None = None,
+        issues: Iterable[str] = (),
+    ) -> Trace:
+        """``from_messages(trace_id, messages, tools).extended(fields, issues)`` in one step, for
+        input whose read-only mappings and tuples are already frozen (:func:`freeze` output).
+
+        The same §B rules apply; only the copying differs: those parts (call arguments given as
+        mappings, tool parameters, ``fields`` values) are kept instead of being copied again, so
+        a caller holding frozen values (``Snapshot.trace()``) need not thaw them first. Passing
+        a proxy over a dict that is still mutable would make the trace mutable: don't.
+        """
+        normalized, found = _normalized(messages, tools)
+        trace = object.__new__(cls)
+        object.__setattr__(trace, "_id", _check_id(trace_id))
+        added = _field_map({} if fields is None else fields)
+        frozen: Mapping[str, JsonValue] = freeze_reusing({**normalized, **added})
+        object.__setattr__(trace, "_fields", frozen)
+        object.__setattr__(trace, "_present", _present(frozen))
+        object.__setattr__(trace, "_issues", tuple(found) + _check_issues(issues))
+        return trace
 
     def extended(self, fields: Mapping[str, Any], issues: Iterable[str] = ()) -> Trace:
         """A new trace with ``fields`` added (replacing same-named ones) and ``issues`` appended.
@@ -200,12 +222,17 @@ def _present(fields: Mapping[str, JsonValue]) -> frozenset[str]:
 
 
 def _freeze_fields(fields: object) -> Mapping[str, JsonValue]:
+    frozen: Mapping[str, JsonValue] = freeze(_field_map(fields))
+    return frozen
+
+
+def _field_map(fields: object) -> dict[str, Any]:
+    """A fresh dict of the fields (not frozen yet), after checking it is one."""
     if not isinstance(fields, Mapping):
         _invalid("trace fields must be a mapping of str to JSON values")
     if not all(isinstance(key, str) for key in fields):
         _invalid("trace field names must be strings")
-    frozen: Mapping[str, JsonValue] = freeze(dict(fields))
-    return frozen
+    return dict(fields)
 
 
 def _check_issues(issues: object) -> tuple[str, ...]:
@@ -215,6 +242,19 @@ def _check_issues(issues: object) -> tuple[str, ...]:
     if not all(isinstance(code, str) and code.strip() for code in codes):
         _invalid("every issue must be a non-blank string code")
     return codes
+
+
+def _normalized(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+) -> tuple[dict[str, Any], list[str]]:
+    """The §B.2-§B.3 fields (not frozen yet) and the issues found, in order."""
+    builder = _Builder()
+    for index, message in enumerate(_check_messages(messages)):
+        builder.add(index, message)
+    fields = builder.fields()
+    if tools is not None:
+        fields["available_tools"] = _catalog(tools)
+    return fields, builder.finish()
 
 
 def _check_messages(messages: object) -> Sequence[Mapping[str, Any]]:
