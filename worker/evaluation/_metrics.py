@@ -8,14 +8,15 @@ under the same state keys, so on one trace they pack into a single judge request
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from worker._json import compact_json
+from worker._models import assemble
 from worker.judges import Answer, ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
 
 from ._agent import FieldMetric, invalid, read_choice, read_noul, read_score
-from ._result import MetricResult, Reason, Status, Thresholds
+from ._result import MetricResult, Reason, Status, Thresholds, scored
 from ._sentences import split_sentences
 
 if TYPE_CHECKING:
@@ -125,17 +126,30 @@ _COMPLETENESS = ScoreQuestion(
 )
 
 
+_CLAIM_CRITERIA = NoulQuestion(
+    instructions="-",
+    criteria={
+        "true": "The evidence fully supports the claim.",
+        "false": "The claim is unsupported, contradicted, or adds facts.",
+    },
+).criteria  # validated once: read-only, shared by every claim question
+_CLAIM_FIELDS = ("instructions", "criteria")
+
+
 def _claim_question(index: int, claim: str) -> NoulQuestion:
-    quoted = json.dumps(claim, ensure_ascii=False)
-    return NoulQuestion(
-        instructions=f"Is state.claims[{index}] ({quoted}) fully supported by state.evidence? "
+    instructions = (
+        f"Is state.claims[{index}] ({compact_json(claim)}) fully supported by state.evidence? "
         "Answer yes only if every fact, number, date and commitment in the claim is stated in "
         "or follows directly from the evidence; a claim that adds anything the evidence does "
-        "not contain is not supported. " + _UNTRUSTED,
-        criteria={
-            "true": "The evidence fully supports the claim.",
-            "false": "The claim is unsupported, contradicted, or adds facts.",
-        },
+        "not contain is not supported. " + _UNTRUSTED
+    )
+    # What validation builds from a str and the validated criteria (measured: ~5 us validated,
+    # one question per claim): the str freezes to itself, the criteria are frozen already.
+    return assemble(
+        NoulQuestion,
+        {"type": "noul", "instructions": instructions, "criteria": _CLAIM_CRITERIA},
+        set(_CLAIM_FIELDS),
+        {"_wire_text": None},
     )
 
 
@@ -165,13 +179,13 @@ class ToolChoice(FieldMetric):
             invalid("the tool_choice answer has no probability for 'correct'")
         confident = confidence >= self.thresholds.pass_at_or_above
         status = Status.DECIDED if confident else Status.INCONCLUSIVE
-        return MetricResult(
-            status=status,
-            score=p_correct,
-            passed=(choice == "correct") if confident else None,
-            label=choice,
-            reason=status.value,
-            evidence={"probabilities": dict(probabilities), "confidence": confidence},
+        return scored(
+            status,
+            p_correct,
+            (choice == "correct") if confident else None,
+            choice,
+            status.value,
+            {"probabilities": dict(probabilities), "confidence": confidence},
         )
 
 
@@ -291,16 +305,11 @@ class Grounded(FieldMetric):
         fail, pass_ = self.thresholds.fail_at_or_below, self.thresholds.pass_at_or_above
         evidence = {"per_claim": ps}
         if any(fail < p < pass_ for p in ps):
-            return MetricResult(
-                status=Status.INCONCLUSIVE, reason=Reason.UNCERTAIN_CLAIM, evidence=evidence
-            )
+            return scored(Status.INCONCLUSIVE, None, None, None, Reason.UNCERTAIN_CLAIM, evidence)
         supported = sum(1 for p in ps if p >= pass_)
-        return MetricResult(
-            status=Status.DECIDED,
-            score=supported / len(ps),
-            passed=supported == len(ps),
-            reason=Reason.ALL_CLAIMS_REQUIRED,
-            evidence=evidence,
+        score = supported / len(ps)
+        return scored(
+            Status.DECIDED, score, supported == len(ps), None, Reason.ALL_CLAIMS_REQUIRED, evidence
         )
 
 
