@@ -98,7 +98,9 @@ def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
 ) -> None:
     """SIGTERM mid-run: exit status 143 and ``--resume <id>`` on stderr; a resume finishes it."""
     path = workdir / "traces.jsonl"
-    write_lines(path, 400)
+    # 10 s of input at this rate: the SIGTERM sent at the first checkpoint must land mid-run
+    # even on a loaded machine (with 2 s of input it once arrived after the last line).
+    write_lines(path, 2000)
     env = {"broker_url": redis_url, "store_url": store_url}
     args = ["backfill", str(path), "--batch-size", "20", "--rate", "200"]
     running = subprocess.Popen(
@@ -120,5 +122,5 @@ def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
     assert "terminated; continue with --resume term" in stderr
     resumed = _evalq(env, *args[:2], "--resume", "term")
     assert resumed.returncode == 0, resumed.stderr
-    assert "read 400," in resumed.stdout
+    assert "read 2000," in resumed.stdout
     assert "already sent 0," not in resumed.stdout
