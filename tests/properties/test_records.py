@@ -236,18 +236,28 @@ def _built(build: Callable[[], BaseModel]) -> BaseModel | type[ValidationError]:
         return ValidationError
 
 
+def _same_or_both_refused(
+    kind: type[BaseModel], validate: Callable[[], BaseModel], fast: Callable[[], BaseModel]
+) -> None:
+    """The fast path builds what validation builds, or both refuse the input."""
+    validated, built = _built(validate), _built(fast)
+    if validated is ValidationError or built is ValidationError:
+        assert built is validated
+        return
+    assert isinstance(built, kind)
+    assert isinstance(validated, kind)
+    _same_record(built, validated)
+
+
 @settings(max_examples=examples(300), deadline=None)
 @given(fields=_evaluation_fields())
 def test_checked_evaluation_records_equal_validated_records(fields: dict[str, Any]) -> None:
     """EvaluationRecord.checked builds the validated record, and refuses what validation refuses."""
-    validated = _built(lambda: EvaluationRecord(**fields))
-    fast = _built(lambda: EvaluationRecord.checked(**fields))
-    if validated is ValidationError or fast is ValidationError:
-        assert fast is validated
-        return
-    assert isinstance(fast, EvaluationRecord)
-    assert isinstance(validated, EvaluationRecord)
-    _same_record(fast, validated)
+    _same_or_both_refused(
+        EvaluationRecord,
+        lambda: EvaluationRecord(**fields),
+        lambda: EvaluationRecord.checked(**fields),
+    )
 
 
 def _valid_evaluation(**changes: Any) -> dict[str, Any]:
@@ -317,14 +327,11 @@ def test_checked_evaluation_records_sort_criteria() -> None:
 )
 def test_counted_usage_equals_validated_usage(model: Any, usage: Any) -> None:
     """RequestUsage.counted builds the validated record, and refuses what validation refuses."""
-    validated = _built(lambda: RequestUsage(model=model, usage=usage))
-    fast = _built(lambda: RequestUsage.counted(model, usage))
-    if validated is ValidationError or fast is ValidationError:
-        assert fast is validated
-        return
-    assert isinstance(fast, RequestUsage)
-    assert isinstance(validated, RequestUsage)
-    _same_record(fast, validated)
+    _same_or_both_refused(
+        RequestUsage,
+        lambda: RequestUsage(model=model, usage=usage),
+        lambda: RequestUsage.counted(model, usage),
+    )
 
 
 @settings(max_examples=examples(100), deadline=None)
@@ -372,17 +379,14 @@ _CHANGED_RESULT = {
 @given(fields=_mostly_valid(_VALID_RESULT, _CHANGED_RESULT))
 def test_checked_result_records_equal_validated_records(fields: dict[str, Any]) -> None:
     """MetricResultRecord.checked builds the validated record, and refuses what it refuses."""
-    validated = _built(lambda: MetricResultRecord(**fields))
-    fast = _built(lambda: MetricResultRecord.checked(**fields))
-    if validated is ValidationError or fast is ValidationError:
-        assert fast is validated
-        return
-    assert isinstance(fast, MetricResultRecord)
-    assert isinstance(validated, MetricResultRecord)
-    _same_record(fast, validated)
+    _same_or_both_refused(
+        MetricResultRecord,
+        lambda: MetricResultRecord(**fields),
+        lambda: MetricResultRecord.checked(**fields),
+    )
 
 
-def testassembled_records_match_model_construct() -> None:
+def test_assembled_records_match_model_construct() -> None:
     """assemble sets exactly the instance state pydantic's model_construct sets."""
     values = {"model": "m", "usage": freeze({"a": 1})}
     built = assemble(RequestUsage, dict(values), {"model", "usage"})
