@@ -94,6 +94,8 @@ async def test_planned_request_sends_the_same_json(server: JudgeServer) -> None:
         await judge(planned)
     assert server.requests[0].json() == {**MIXED.wire(), "model": "jev-latest"}
     assert planned.state_json() == text
+    assert planned.model_dump() == MIXED.model_dump()
+    assert planned.model_fields_set == {"state", "questions", "model"}
     assert MIXED.state_json() == compact_json(MIXED.state)
     assert MIXED.questions_json() == compact_json(MIXED.questions_wire())
 

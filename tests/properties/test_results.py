@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from tests.properties.strategies import examples
-from worker.evaluation import MetricResult, Reason, Status, Thresholds
+from worker._models import assemble
+from worker.evaluation import Entry, MetricResult, Reason, Report, Status, Thresholds
+from worker.evaluation import RequestUsage as EngineUsage
 from worker.evaluation._metrics import _UNTRUSTED, _claim_question
 from worker.evaluation._result import scored
-from worker.judges import NoulQuestion
+from worker.judges import NoulQuestion, Usage
 
 _number = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
@@ -147,3 +150,34 @@ def test_claim_questions_cache_their_wire_text_each() -> None:
     first.wire_json()
     assert second.__pydantic_private__ == {"_wire_text": None}
     assert json.loads(second.wire_json())["instructions"].startswith("Is state.claims[1]")
+
+
+def _engine_models() -> list[tuple[type[BaseModel], dict[str, Any]]]:
+    result = MetricResult.skipped(Reason.NO_CLAIMS)
+    entry = Entry(id="grounded", version="1", result=result, asked=("c0",))
+    usage = EngineUsage(model="m", usage=Usage(input_tokens=1, output_tokens=2))
+    report = {
+        "trace_id": "t",
+        "results": (entry,),
+        "requests": 1,
+        "usage": (usage,),
+        "elapsed_s": 0.5,
+    }
+    return [
+        (Entry, {"id": "grounded", "version": "1", "result": result, "asked": ("c0",)}),
+        (EngineUsage, {"model": "m", "usage": usage.usage}),
+        (Report, report),
+    ]
+
+
+@pytest.mark.parametrize(("model", "values"), _engine_models())
+def test_assembled_engine_models_match_model_construct(
+    model: type[BaseModel], values: dict[str, Any]
+) -> None:
+    """The evaluator's assembled Entry, usage and Report hold what model_construct would set."""
+    built = assemble(model, dict(values), set(model.model_fields))
+    constructed = model.model_construct(**values)
+    slots = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+    for slot in slots:
+        assert getattr(built, slot) == getattr(constructed, slot)
+    assert built == model.model_validate(values)

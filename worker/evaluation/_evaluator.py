@@ -28,6 +28,7 @@ from worker._json import (
     key_json,
     utf16_units,
 )
+from worker._models import assemble
 from worker.judges import (
     ChoiceQuestion,
     InvalidReply,
@@ -175,6 +176,13 @@ class _Group:
     size: int = 2  # UTF-16 size of the merged state's compact JSON ("{}" when empty)
 
 
+# Built with assemble() from checked parts (model_construct's per-field lookups cost ~3 us each,
+# nine instances per evaluation): every field is set, as model_construct(**all fields) sets it.
+_ENTRY_FIELDS = frozenset(Entry.model_fields)
+_REPORT_FIELDS = frozenset(Report.model_fields)
+_USAGE_FIELDS = frozenset(RequestUsage.model_fields)
+
+
 @dataclass
 class _Run:
     """Mutable bookkeeping of one ``evaluate`` call."""
@@ -283,33 +291,44 @@ class Evaluator:
 
     def _pack(self, groups: list[_Group], member: _Member, ask: _Ask) -> None:
         """First fit: the first group with room whose shared keys hold identical values."""
-        group = next((g for g in groups if self._fits(g, ask)), None)
-        if group is None:
+        for group in groups:
+            size = self._fitted_size(group, ask)
+            if size is not None:
+                break
+        else:
             group = _Group()
             groups.append(group)
-        group.size = self._merged_size(group, ask)
-        for key, value in ask.state.items():
-            group.state.setdefault(key, value)  # equal when present: values are never replaced
-            group.canon.setdefault(key, ask.canon[key])
+            size = self._merged_size(group, ask)
+        group.size = size
+        state, canon = group.state, group.canon
+        for key, text in ask.canon.items():
+            if key not in canon:  # a shared key holds the same text already: never replaced
+                state[key] = ask.state[key]
+                canon[key] = text
         metric_id = self._ids[member.index]
         group.questions.update({f"{metric_id}.{qid}": q for qid, q in ask.questions.items()})
         group.members.append(member)
 
-    def _fits(self, group: _Group, ask: _Ask) -> bool:
+    def _fitted_size(self, group: _Group, ask: _Ask) -> int | None:
+        """The merged state's size if ``ask`` fits into ``group``, else None."""
         if len(group.questions) + len(ask.questions) > self._limits.max_questions:
-            return False
+            return None
+        canon = group.canon
         # Canonical JSON, not ==: True, 1 and 1.0 are different evidence for the judge.
-        if any(group.canon.get(key, text) != text for key, text in ask.canon.items()):
-            return False
-        return self._merged_size(group, ask) <= self._limits.max_state_chars
+        for key, text in ask.canon.items():
+            if canon.get(key, text) != text:
+                return None
+        size = self._merged_size(group, ask)
+        return size if size <= self._limits.max_state_chars else None
 
     @staticmethod
     def _merged_size(group: _Group, ask: _Ask) -> int:
         """The merged state's JSON size, from the members' sizes (shared keys hold equal text)."""
-        added = [size for key, size in ask.sizes.items() if key not in group.canon]
+        canon = group.canon
+        added = [size for key, size in ask.sizes.items() if key not in canon]
         if not added:
             return group.size
-        commas = len(added) - (0 if group.canon else 1)
+        commas = len(added) - (0 if canon else 1)
         return group.size + sum(added) + commas
 
     # -- execution (§E.3) ------------------------------------------------------------------
@@ -363,23 +382,28 @@ class Evaluator:
         # result is a MetricResult (checked where it was produced), the rest is counted here
         # (measured: validating the report and its entries was ~2% of a worker's engine CPU).
         entries = tuple(
-            Entry.model_construct(
-                id=metric_id,
-                version=version,
-                result=_TIMEOUT if result is None else result,
-                asked=run.asked.get(index, ()),
+            assemble(
+                Entry,
+                {
+                    "id": metric_id,
+                    "version": version,
+                    "result": _TIMEOUT if result is None else result,
+                    "asked": run.asked.get(index, ()),
+                },
+                set(_ENTRY_FIELDS),
             )
             for index, (metric_id, version, result) in enumerate(
                 zip(self._ids, self._versions, run.results, strict=True)
             )
         )
-        return Report.model_construct(
-            trace_id=trace.id,
-            results=entries,
-            requests=run.requests,
-            usage=tuple(run.usage),
-            elapsed_s=max(0.0, time.monotonic() - started),
-        )
+        values = {
+            "trace_id": trace.id,
+            "results": entries,
+            "requests": run.requests,
+            "usage": tuple(run.usage),
+            "elapsed_s": max(0.0, time.monotonic() - started),
+        }
+        return assemble(Report, values, set(_REPORT_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -467,20 +491,19 @@ class _TraceValues:
 
     def __init__(self, trace: Trace) -> None:
         self._own = {id(v): v for v in trace.fields.values()}
-        self._texts: dict[int, tuple[str, int]] = {}
+        self._entries: dict[int, tuple[JsonValue, str, int]] = {}
 
-    def freeze(self, value: object) -> JsonValue:
-        """``value`` itself if it is one of the trace's values, else a frozen copy."""
-        return value if id(value) in self._own else freeze(value)
-
-    def canonical(self, value: object) -> tuple[str, int]:
-        """Canonical JSON of ``value`` and its UTF-16 size, computed once per trace value."""
+    def entry(self, value: object) -> tuple[JsonValue, str, int]:
+        """``value`` frozen (itself if it is one of the trace's values), its canonical JSON and
+        that text's UTF-16 size; computed once per trace value."""
         key = id(value)
+        found = self._entries.get(key)
+        if found is not None:
+            return found
         if key not in self._own:
-            return _text_and_size(value)
-        found = self._texts.get(key)
-        if found is None:
-            found = self._texts[key] = _text_and_size(value)
+            frozen = freeze(value)
+            return (frozen, *_text_and_size(frozen))
+        found = self._entries[key] = (value, *_text_and_size(value))
         return found
 
 
@@ -502,8 +525,7 @@ def _snapshot_state(
     for key, value in state.items():
         if type(key) is not str and not isinstance(key, str):
             raise _DefinitionError("state keys must be strings")
-        frozen[key] = values.freeze(value)
-        canon[key], size = values.canonical(frozen[key])
+        frozen[key], canon[key], size = values.entry(value)
         sizes[key] = _key_size(key) + 1 + size
     return MappingProxyType(frozen), canon, sizes
 
@@ -561,10 +583,11 @@ def _classify(request: JudgeRequest, reply: object, *, trusted: bool) -> _Outcom
 
 
 def _usage_of(model: object, usage: object) -> RequestUsage:
-    return RequestUsage.model_construct(  # both fields are type-checked right here
-        model=model if isinstance(model, str) else None,
-        usage=usage if isinstance(usage, Usage) else None,
-    )
+    values = {  # both fields are type-checked right here
+        "model": model if isinstance(model, str) else None,
+        "usage": usage if isinstance(usage, Usage) else None,
+    }
+    return assemble(RequestUsage, values, set(_USAGE_FIELDS))
 
 
 def _log_failure(metric_id: str, reason: str, exc: Exception) -> None:

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from worker._json import FrozenJson, JsonValue, compact_json, key_json
+from worker._models import assemble
 
 __all__ = [
     "Answer",
@@ -201,13 +202,13 @@ class JudgeRequest(_Wire):
         ~15% of a busy worker's CPU. ``state_text`` must be the JSON of ``state``.
         """
         _check_questions(questions)
-        request = cls.model_construct(
-            state=MappingProxyType(dict(state)),
-            questions=MappingProxyType(dict(questions)),
-            model=None,
-        )
-        request._state_text = state_text
-        return request
+        values = {
+            "state": MappingProxyType(dict(state)),
+            "questions": MappingProxyType(dict(questions)),
+            "model": None,
+        }
+        # What model_construct(**values) builds, plus the state's text (worker._models).
+        return assemble(cls, values, set(values), {"_state_text": state_text})
 
     def questions_json(self) -> str:
         """The ``questions`` object of :meth:`wire` as compact JSON text."""
