@@ -74,10 +74,16 @@ class Trace:
     def __init__(
         self, trace_id: str, fields: Mapping[str, Any], issues: Iterable[str] = ()
     ) -> None:
-        object.__setattr__(self, "_id", _check_id(trace_id))
-        object.__setattr__(self, "_fields", _freeze_fields(fields))
-        object.__setattr__(self, "_present", _present(self._fields))
-        object.__setattr__(self, "_issues", _check_issues(issues))
+        self._init(_check_id(trace_id), _freeze_fields(fields), _check_issues(issues))
+
+    def _init(
+        self, trace_id: str, fields: Mapping[str, JsonValue], issues: tuple[str, ...]
+    ) -> None:
+        """Set the slots from a checked id, frozen fields and checked issues."""
+        object.__setattr__(self, "_id", trace_id)
+        object.__setattr__(self, "_fields", fields)
+        object.__setattr__(self, "_present", _present(fields))
+        object.__setattr__(self, "_issues", issues)
 
     @classmethod
     def from_fields(
@@ -115,13 +121,11 @@ class Trace:
         a proxy over a dict that is still mutable would make the trace mutable: don't.
         """
         normalized, found = _normalized(messages, tools)
-        trace = object.__new__(cls)
-        object.__setattr__(trace, "_id", _check_id(trace_id))
+        checked_id = _check_id(trace_id)
         added = _field_map({} if fields is None else fields)
         frozen: Mapping[str, JsonValue] = freeze_reusing({**normalized, **added})
-        object.__setattr__(trace, "_fields", frozen)
-        object.__setattr__(trace, "_present", _present(frozen))
-        object.__setattr__(trace, "_issues", tuple(found) + _check_issues(issues))
+        trace = object.__new__(cls)
+        trace._init(checked_id, frozen, tuple(found) + _check_issues(issues))
         return trace
 
     def extended(self, fields: Mapping[str, Any], issues: Iterable[str] = ()) -> Trace:
