@@ -13,6 +13,7 @@ Exceptions::
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -233,8 +234,9 @@ class Sampling(_Contract):
 
     @model_validator(mode="after")
     def _range(self) -> Sampling:
-        if not 0 < self.rate <= 1 or self.weight <= 0:
-            raise ValueError("sampling rate must be in (0, 1] and weight positive")
+        # Finite: an infinite weight would pass "> 0" and is not JSON (the canonical text).
+        if not 0 < self.rate <= 1 or not 0 < self.weight < math.inf:
+            raise ValueError("sampling rate must be in (0, 1] and weight positive and finite")
         return self
 
 

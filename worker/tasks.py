@@ -51,7 +51,7 @@ from producer.snapshot import (
     WindowViolation,
 )
 from worker import metrics, runtime
-from worker._json import canonical_json, compact_json
+from worker._json import canonical_json, compact_json, frozen_json
 from worker.evaluation import Entry, Reason, Report, Status, Trace
 from worker.evaluation import RequestUsage as ReportUsage
 from worker.judges import Usage
@@ -170,7 +170,8 @@ def _decoded(item: Any) -> _Decoded:
         wire = snapshot.wire()
     except UnicodeEncodeError:  # a lone surrogate in a key: Python text, not JSON text
         raise _RefusedError(DeadLetterReason.SCHEMA_INVALID) from None
-    text = canonical_json(wire)
+    # The wire of a valid snapshot is frozen JSON plus validated, finite fields.
+    text = frozen_json(wire)
     _check_text_size(text)
     return _Decoded(snapshot, wire, text)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from types import MappingProxyType
 from typing import Any
 
@@ -16,6 +17,7 @@ from worker._json import (
     compact_json,
     freeze,
     freeze_reusing,
+    frozen_json,
     json_size,
     utf16_units,
 )
@@ -104,6 +106,51 @@ def test_compact_json_has_the_canonical_length(value: object) -> None:
         return
     assert len(compact_json(value)) == len(canonical)
     assert json_size(value) == utf16_units(canonical)
+
+
+# Floats in every decade, those where orjson and Python print exponents differently included.
+_AWKWARD_FLOATS = st.builds(
+    lambda mantissa, exponent: mantissa * 10.0**exponent,
+    st.floats(-10, 10, allow_nan=False),
+    st.integers(-330, 307),
+).filter(math.isfinite)
+_AWKWARD_TEXT = st.text(
+    st.characters(codec="utf-8") | st.sampled_from('\x00\x1f\x7f\u2028\\"/0.0000e-5'), max_size=12
+)
+_FROZEN = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),  # beyond 64 bits too
+        _AWKWARD_FLOATS,
+        st.floats(allow_nan=False, allow_infinity=False),
+        _AWKWARD_TEXT,
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(_AWKWARD_TEXT, inner, max_size=4),
+    ),
+    max_leaves=30,
+).map(freeze)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_FROZEN)
+def test_frozen_json_writes_the_canonical_text(value: object) -> None:
+    """orjson's text of a frozen value is canonical_json's (compact_json's), to the character."""
+    assert frozen_json(value) == canonical_json(value)
+    assert frozen_json(value, sort_keys=False) == compact_json(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [1e-5, -3.5e-7, 1e-9, 9.99e-10, 1e16, 1.5e-300, 2**64, -(2**70), "0.00001", "\ud800x", -0.0],
+)
+def test_frozen_json_takes_the_exact_path_where_orjson_differs(value: object) -> None:
+    """Small exponents, big integers and lone surrogates come out as json.dumps writes them."""
+    frozen = freeze({"v": [value]})
+    expected = json.dumps({"v": [value]}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert frozen_json(frozen) == expected
 
 
 def test_freeze_refuses_what_is_not_json() -> None:

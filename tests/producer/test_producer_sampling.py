@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
 import uuid
 
 import pytest
+from pydantic import ValidationError
 
 import producer._sampling as sampling_module
 from producer._sampling import (
@@ -177,3 +179,13 @@ def test_rate_zero_rule_samples_nothing_but_counts() -> None:
     results = [sampler.sample(make_snapshot(t, environment="probe")) for t in _trace_ids(50)]
     assert results == [None] * 50
     assert sampler.tally().rows[0].seen == 50
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"rate": 0.0}, {"rate": 1.5}, {"rate": math.nan}, {"weight": 0.0}, {"weight": math.inf}],
+)
+def test_sampling_refuses_rates_and_weights_outside_their_range(values: dict[str, float]) -> None:
+    """Rate in (0, 1], weight positive and finite (an infinite weight has no JSON text)."""
+    with pytest.raises(ValidationError, match="sampling rate must be in"):
+        Sampling(lane=Lane.LIVE, **values)

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from worker._json import (
     JsonValue,
-    canonical_json,
     freeze,
+    frozen_json,
     key_json,
     utf16_units,
 )
@@ -508,7 +508,7 @@ class _TraceValues:
 
 
 def _text_and_size(value: object) -> tuple[str, int]:
-    text = canonical_json(value)
+    text = frozen_json(value)  # every caller passes a frozen value
     return text, utf16_units(text)
 
 

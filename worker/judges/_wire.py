@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from worker._json import FrozenJson, JsonValue, compact_json, key_json
+from worker._json import FrozenJson, JsonValue, compact_json, frozen_json, key_json
 from worker._models import assemble
 
 __all__ = [
@@ -83,9 +83,8 @@ class _Question(_Wire):
         assert private is not None  # every construction path sets the defaults
         text: str | None = private["_wire_text"]
         if text is None:
-            text = private["_wire_text"] = compact_json(
-                self.model_dump(mode="json", exclude_none=True)
-            )
+            dumped = self.model_dump(mode="json", exclude_none=True)  # text and frozen JSON only
+            text = private["_wire_text"] = frozen_json(dumped, sort_keys=False)
         return text
 
 
@@ -188,9 +187,12 @@ class JudgeRequest(_Wire):
 
     def state_json(self) -> str:
         """``state`` as compact JSON text (nested keys may come sorted: the same JSON value)."""
-        if self._state_text is None:
+        # Read directly: pydantic's __getattr__ for a private attribute cost ~1% of a worker.
+        private = self.__pydantic_private__
+        text: str | None = private["_state_text"] if private is not None else None
+        if text is None:
             return compact_json(self.state)
-        return self._state_text
+        return text
 
     @classmethod
     def planned(

@@ -11,7 +11,7 @@ import hashlib
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from worker._json import canonical_json, key_json
+from worker._json import canonical_json, frozen_json, key_json
 
 from ._backends import Tx
 from ._errors import PermanentStoreError
@@ -209,7 +209,7 @@ def _result_rows(record: EvaluationRecord, facts: _Facts) -> list[dict[str, Any]
             "evaluation_id": evaluation_id,
             "position": position,
             "status": str(result.status),
-            "evidence": canonical_json(result.evidence),
+            "evidence": frozen_json(result.evidence),
             "question_ids": _string_list_json(result.question_ids),
         }
         for position, result in enumerate(record.results)
