@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from tests.properties.strategies import examples
+from worker._json import compact_json
 from worker._models import assemble
 from worker.evaluation import Entry, MetricResult, Reason, Report, Status, Thresholds
 from worker.evaluation import RequestUsage as EngineUsage
@@ -142,6 +143,32 @@ def test_claim_questions_equal_validated_questions(index: int, claim: str) -> No
     fast, validated = _claim_question(index, claim), _validated_claim_question(index, claim)
     _same_model(fast, validated)
     assert fast.wire_json() == validated.wire_json()
+
+
+_CONTENT = st.one_of(
+    st.text(min_size=1, max_size=20).filter(str.strip),
+    st.dictionaries(st.text(max_size=4), st.one_of(st.text(max_size=5), st.integers()), min_size=1),
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    instructions=_CONTENT,
+    criteria=st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from(["true", "false"]), st.one_of(st.none(), _CONTENT), min_size=1
+        ),
+    ),
+)
+def test_noul_question_wire_text_equals_its_dump(instructions: Any, criteria: Any) -> None:
+    """A noul question written from its fields prints what pydantic's dump printed."""
+    try:
+        question = NoulQuestion.model_validate({"instructions": instructions, "criteria": criteria})
+    except ValidationError:
+        return
+    dumped = question.model_dump(mode="json", exclude_none=True)
+    assert question.wire_json() == compact_json(dumped)
 
 
 def test_claim_questions_cache_their_wire_text_each() -> None:
