@@ -202,8 +202,9 @@ def compact_json(value: object) -> str:
 
 # Where orjson's text can differ from json.dumps's for a finite float: Python prints 1e-05 to
 # 9.99e-09 with a two-digit exponent, orjson as 0.00001 or 1e-9. A string holding such text
-# only sends the value down the slower, equal path.
-_NOT_PYTHON_FLOAT = re.compile(rb"0\.0000|e-\d(?!\d)")
+# only sends the value down the slower, equal path. Two searches, each starting with a literal:
+# one alternation scanned every position (~26 us for a 2.5 kB snapshot against ~4 us).
+_SMALL_EXPONENT = re.compile(rb"e-\d(?!\d)")
 _SORTED = orjson.OPT_SORT_KEYS
 
 
@@ -223,7 +224,7 @@ def frozen_json(value: JsonValue, *, sort_keys: bool = True) -> str:
         raw = orjson.dumps(value, default=_default, option=_SORTED if sort_keys else None)
     except TypeError:  # orjson.JSONEncodeError: big integers, surrogates, non-str keys
         return exact(value)
-    if _NOT_PYTHON_FLOAT.search(raw) is not None:
+    if b"0.0000" in raw or _SMALL_EXPONENT.search(raw) is not None:
         return exact(value)
     return raw.decode()
 
