@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tests.judges.judge_kit import MIXED
+from tests.properties.strategies import examples, json_values, nasty_text
+from worker._json import json_size
 from worker.judges import (
     ChoiceAnswer,
     ChoiceQuestion,
@@ -20,6 +25,7 @@ from worker.judges import (
     SyntheticJudge,
     validate_response,
 )
+from worker.judges._synthetic import wire_units
 
 
 def _nouls(*qids: str) -> JudgeRequest:
@@ -140,3 +146,16 @@ def test_invalid_arguments_rejected(kwargs: dict[str, float]) -> None:
     """p_yes outside [0,1] (or not a number) and negative/infinite delays are ValueErrors."""
     with pytest.raises(ValueError, match=r"p_yes|delay_s"):
         SyntheticJudge(**kwargs)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(state=json_values, model=st.none() | nasty_text)
+def test_wire_units_equal_the_size_of_the_dumped_wire(state: Any, model: str | None) -> None:
+    """The token count's request size, written from the request's texts, equals json_size(wire)."""
+    try:
+        request = JudgeRequest(state=state, questions=MIXED.questions, model=model)
+        expected = json_size(request.wire())
+    except ValueError:  # not a valid request, or not JSON text (a lone surrogate)
+        assume(False)
+        return
+    assert wire_units(request) == expected

@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from worker._json import FrozenJson, JsonValue, compact_json, frozen_json, key_json
+from worker._json import FrozenJson, JsonValue, frozen_json, key_json
 from worker._models import assemble
 
 __all__ = [
@@ -208,8 +208,8 @@ class JudgeRequest(_Wire):
         # Read directly: pydantic's __getattr__ for a private attribute cost ~1% of a worker.
         private = self.__pydantic_private__
         text: str | None = private["_state_text"] if private is not None else None
-        if text is None:
-            return compact_json(self.state)
+        if text is None:  # state is frozen JSON (FrozenJson): orjson writes the same text
+            return frozen_json(self.state, sort_keys=False)
         return text
 
     @classmethod
