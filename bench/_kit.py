@@ -79,12 +79,32 @@ def load_average() -> str:
     return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a worker's evaluator processes), from ``/proc``."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):  # a thread or child that just ended
+                todo.extend(int(child) for child in task.read_text().split())
+    return found
+
+
+def _own_rss_kib(pid: int) -> int:
+    with contextlib.suppress(OSError):  # a process that just ended holds no memory
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def rss_kib(pid: int) -> int:
-    """Resident set size of process ``pid`` in KiB (``VmRSS`` of ``/proc/<pid>/status``)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    """Resident set size in KiB of process ``pid`` and its descendants (``VmRSS`` summed)."""
+    total = sum(_own_rss_kib(p) for p in process_tree(pid))
+    if total == 0:
+        raise RuntimeError(f"no VmRSS for pid {pid}")
+    return total
 
 
 def wait_for(
@@ -331,8 +351,12 @@ class Bench:
         self._stops.append(client.close)
         return client
 
-    def judge_server(self, latency_ms: float) -> str:
-        """Start ``python -m worker.judges._server`` with ``latency_ms``; returns its base URL."""
+    def judge_server(self, latency_ms: float, *, nice: int = 0) -> str:
+        """Start ``python -m worker.judges._server`` with ``latency_ms``; returns its base URL.
+
+        ``nice`` lowers its CPU priority: a replica that stands for a judge service on other
+        machines should not take this machine's cores from the workers being measured.
+        """
         env = {**os.environ, "BENCH_JUDGE_KEY": API_KEY}
         process = subprocess.Popen(
             [
@@ -344,6 +368,8 @@ class Bench:
             start_new_session=True,
         )
         self._stops.append(lambda: _stop_process(process))
+        if nice:
+            os.setpriority(os.PRIO_PROCESS, process.pid, nice)
         assert process.stdout is not None
         match = _LISTENING.search(process.stdout.readline())
         if match is None:
@@ -439,10 +465,17 @@ def fill_backfill(broker_url: str, count: int, prefix: str, batch_size: int) -> 
     return time.monotonic() - started
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (``/proc/<pid>/stat``), all threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _own_cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # a process that just ended
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far of process ``pid`` and its descendants, all threads."""
+    return sum(_own_cpu_s(p) for p in process_tree(pid))
 
 
 def drain_cpu(path: Path, count: int, worker: Worker, timeout_s: float) -> float:

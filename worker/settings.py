@@ -11,6 +11,7 @@ the same numbers from the same inputs (``longest_task_s`` → ``visibility_timeo
 from __future__ import annotations
 
 import math
+import os
 from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -101,6 +102,7 @@ class Settings(BaseSettings):
     gc_gen0_threshold: int = Field(default=50_000, ge=700, le=10_000_000)
     nice: int = Field(default=0, ge=0, le=19)
     pool: PoolKind = PoolKind.THREADS
+    evaluator_processes: int = Field(default=0, ge=0, le=64)
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)
     log_level: str = "INFO"
@@ -196,6 +198,7 @@ class Settings(BaseSettings):
         if self.judge is JudgeKind.CHAT and (self.judge_url is None or self.judge_model is None):
             field = "judge_url" if self.judge_url is None else "judge_model"
             raise _FieldRuleError(field, "required for EVALQ_JUDGE=chat")
+        self._check_evaluators()
         if (
             self.visibility_timeout_s is not None
             and self.visibility_timeout_s < self.longest_task_s
@@ -205,6 +208,18 @@ class Settings(BaseSettings):
                 f"must be at least the longest task ({self.longest_task_s:g} s)",
             )
         return self
+
+    def _check_evaluators(self) -> None:
+        if not self.evaluator_processes:
+            return
+        if self.pool is not PoolKind.THREADS:
+            raise _FieldRuleError("evaluator_processes", "needs EVALQ_POOL=threads")
+        if self.metrics_port is not None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            # Without it each evaluator's counters would stay in that process, unexported.
+            raise _FieldRuleError(
+                "evaluator_processes",
+                "with EVALQ_METRICS_PORT needs PROMETHEUS_MULTIPROC_DIR (a writable directory)",
+            )
 
     # -- derived values -------------------------------------------------------------------------
 

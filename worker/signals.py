@@ -3,7 +3,10 @@
 - ``worker_process_init`` (a prefork child, after fork) and ``worker_ready`` (the main process,
   where the threads pool and the consumer live) build the per-process runtime eagerly, so the first
   task does not pay for it and a broken store or judge configuration shows at start.
-- ``worker_process_shutdown`` / ``worker_shutdown`` close it (judge client, store, loop).
+  With ``EVALQ_EVALUATOR_PROCESSES`` set, ``worker_ready`` also spawns the evaluator processes
+  (``worker.evaluators``).
+- ``worker_process_shutdown`` / ``worker_shutdown`` close it (judge client, store, loop), the
+  evaluator processes first (each finishes the messages it holds).
 - With ``EVALQ_METRICS_PORT`` set, the main process serves ``/metrics`` (``worker.metrics``):
   with the threads pool one process holds every counter.
 - ``after_setup_logger`` / ``after_setup_task_logger`` install a filter that strips exception text
@@ -18,10 +21,10 @@ from typing import Any
 
 from celery import signals as celery_signals
 
-from worker import metrics, runtime
+from worker import evaluators, metrics, runtime, tasks
 from worker.app import EvalqApp
 
-__all__ = ["RedactingFilter", "connect"]
+__all__ = ["RedactingFilter", "connect", "install_redaction"]
 
 _log = logging.getLogger(__name__)
 _exporter: metrics.Exporter | None = None
@@ -40,7 +43,8 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def _install_filter(logger: logging.Logger | None = None, **_: Any) -> None:
+def install_redaction(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Add :class:`RedactingFilter` to ``logger`` (default: the root) and its handlers, once."""
     target = logger or logging.getLogger()
     if not any(isinstance(f, RedactingFilter) for f in target.filters):
         target.addFilter(RedactingFilter())
@@ -59,6 +63,8 @@ def _start_worker_process(**_: Any) -> None:
     global _exporter  # noqa: PLW0603 - one exporter per worker process tree
     rt = runtime.current()
     runtime.tune_gc(rt.settings.gc_gen0_threshold)
+    if rt.settings.evaluator_processes:
+        tasks.start_evaluators(rt)  # spawned now, so the first messages do not wait for them
     port = rt.settings.metrics_port
     if port is not None and _exporter is None:
         _exporter = metrics.start_exporter(port, addr=rt.settings.metrics_addr)
@@ -74,6 +80,7 @@ def _stop_worker(**_: Any) -> None:
     exporter, _exporter = _exporter, None
     if exporter is not None:
         exporter.stop()
+    evaluators.shutdown()  # each finishes the messages it holds first
     runtime.shutdown()
 
 
@@ -89,5 +96,5 @@ def connect(app: EvalqApp) -> None:
     celery_signals.worker_process_shutdown.connect(_stop_runtime, dispatch_uid="evalq.rt.pstop")
     celery_signals.worker_process_shutdown.connect(_child_exited, dispatch_uid="evalq.rt.dead")
     celery_signals.worker_shutdown.connect(_stop_worker, dispatch_uid="evalq.rt.stop")
-    celery_signals.after_setup_logger.connect(_install_filter, dispatch_uid="evalq.log")
-    celery_signals.after_setup_task_logger.connect(_install_filter, dispatch_uid="evalq.tlog")
+    celery_signals.after_setup_logger.connect(install_redaction, dispatch_uid="evalq.log")
+    celery_signals.after_setup_task_logger.connect(install_redaction, dispatch_uid="evalq.tlog")

@@ -50,7 +50,7 @@ from producer.snapshot import (
     Snapshot,
     WindowViolation,
 )
-from worker import metrics, runtime
+from worker import evaluators, metrics, runtime
 from worker._json import canonical_json, compact_json, frozen_json
 from worker.evaluation import Entry, Reason, Report, Status, Trace
 from worker.evaluation import RequestUsage as ReportUsage
@@ -72,7 +72,13 @@ from worker.store import (
     evaluation_id_for,
 )
 
-__all__ = ["MAX_ITEM_BYTES", "DeadLetterReason", "register"]
+__all__ = [
+    "MAX_ITEM_BYTES",
+    "DeadLetterReason",
+    "evaluate_message",
+    "register",
+    "start_evaluators",
+]
 
 _log = logging.getLogger(__name__)
 MAX_ITEM_BYTES = 4 * 1024 * 1024
@@ -428,7 +434,8 @@ def _finished(
 
 
 def _write(rt: Runtime, finished: list[_Finished]) -> list[Written]:
-    """One short transaction for the whole message (rows built before the lock is taken).
+    """Short transactions for the whole message (rows built before the lock is taken): one on
+    PostgreSQL, one per ``SQLITE_BULK_ROWS`` evaluations on SQLite, as bulk writer turns.
 
     If the batch is refused for good, the records are written one by one, so every record
     before the offending one is kept (the single-record behaviour) and the error surfaces there.
@@ -500,17 +507,52 @@ def _store_or_requeue(
         raise Reject(exc.code, requeue=True) from None
 
 
-def evaluate(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
-    """``evalq.evaluate``: one snapshot dict, or a list of them (a backfill batch)."""
-    rt = _runtime_of(task)
-    lane = _delivery_lane(task)
-    _observe_queue_wait(task, lane)
+def evaluate_message(
+    rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any], lane: Lane | None
+) -> str | None:
+    """Evaluate and record one message's snapshots; ``None``, or the code to requeue it with.
+
+    The whole of ``evalq.evaluate`` but for the broker: it runs in the worker process, or in an
+    evaluator process (``worker.evaluators``), which answers with the returned code.
+    """
     payload = args[0] if len(args) == 1 else {"args": list(args), "kwargs": kwargs}
 
     def work() -> None:
         _evaluate_items(rt, _items(rt, _one_argument(args, kwargs)), lane)
 
-    _guarded(rt, EVALUATE_TASK, lane, payload, work)
+    try:
+        _guarded(rt, EVALUATE_TASK, lane, payload, work)
+    except Reject as requeued:
+        return str(requeued.args[0])  # Reject(reason, requeue): its stubs omit .reason
+    return None
+
+
+def start_evaluators(rt: Runtime) -> evaluators.EvaluatorPool:
+    """This process's evaluator processes (``EVALQ_EVALUATOR_PROCESSES``), started once."""
+    return evaluators.current(rt.settings, evaluate_message)
+
+
+def _in_evaluator(
+    rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any], lane: Lane | None
+) -> str | None:
+    try:
+        return start_evaluators(rt).run(args, kwargs, lane)
+    except evaluators.EvaluatorError as exc:
+        _log.error("evaluator unavailable: %s; message requeued", exc.code)
+        return exc.code
+
+
+def evaluate(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
+    """``evalq.evaluate``: one snapshot dict, or a list of them (a backfill batch)."""
+    rt = _runtime_of(task)
+    lane = _delivery_lane(task)
+    _observe_queue_wait(task, lane)
+    if rt.settings.evaluator_processes:
+        requeue = _in_evaluator(rt, args, kwargs, lane)
+    else:
+        requeue = evaluate_message(rt, args, kwargs, lane)
+    if requeue is not None:
+        raise Reject(requeue, requeue=True)
 
 
 # --- the outcome task --------------------------------------------------------------------------

@@ -33,6 +33,7 @@ __all__ = [
     "example_snapshots",
     "killed_on_exit",
     "publish_raw",
+    "systemone_knobs",
     "task_headers",
     "variants",
     "wait_until",
@@ -41,6 +42,21 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "traces.jsonl"
+
+
+def systemone_knobs(
+    judge_url: str, store_url: str, broker_url: str, **extra: str
+) -> dict[str, str]:
+    """Worker settings for a System One judge at ``judge_url`` (thresholds 0.2 / 0.8)."""
+    return {
+        "broker_url": broker_url,
+        "store_url": store_url,
+        "judge": "systemone",
+        "judge_url": judge_url,
+        "judge_api_key": "test-key",
+        "thresholds": "0.2,0.8",
+        **extra,
+    }
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:

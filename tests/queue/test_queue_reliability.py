@@ -13,7 +13,13 @@ from kombu import Connection
 
 from producer import LANE_QUEUES, Lane, Producer
 from producer._producer import lane_queues
-from tests.queue.queue_kit import WorkerProcess, example_snapshots, variants, wait_until
+from tests.queue.queue_kit import (
+    WorkerProcess,
+    example_snapshots,
+    systemone_knobs,
+    variants,
+    wait_until,
+)
 from worker.judges._server import JudgeServer
 from worker.store import Store
 
@@ -36,16 +42,7 @@ def _evaluated(store: Store, ids: list[str], version: str) -> int:
 
 
 def _systemone(judge: JudgeServer, store_url: str, broker_url: str, **extra: str) -> dict[str, str]:
-    return {
-        "broker_url": broker_url,
-        "store_url": store_url,
-        "judge": "systemone",
-        "judge_url": judge.base_url,
-        "judge_api_key": "test-key",
-        "thresholds": "0.2,0.8",
-        "budget_s": BUDGET_S,
-        **extra,
-    }
+    return systemone_knobs(judge.base_url, store_url, broker_url, budget_s=BUDGET_S, **extra)
 
 
 def test_sigkill_mid_evaluation_loses_and_duplicates_nothing(
