@@ -230,8 +230,8 @@ class _FailingBackend(SqliteBackend):
         self.faults = faults
 
     @contextmanager
-    def transaction(self, *, write: bool) -> Iterator[Tx]:
-        with super().transaction(write=write) as tx:
+    def transaction(self, *, write: bool, bulk: bool = False) -> Iterator[Tx]:
+        with super().transaction(write=write, bulk=bulk) as tx:
             yield cast(Tx, _FailingTx(tx, self.faults))
 
 

@@ -1,5 +1,6 @@
 """The batch write path (``record_evaluations``), the batch existence query and the fast snapshot
-record constructor: same results as the one-record paths, one transaction per batch."""
+record constructor: same results as the one-record paths (one transaction per batch on
+PostgreSQL, per SQLITE_BULK_ROWS evaluations on SQLite)."""
 
 from __future__ import annotations
 

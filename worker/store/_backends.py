@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from ._errors import PermanentStoreError
+from ._turns import WriterTurns
 
 __all__ = ["Backend", "Dialect", "Params", "PostgresBackend", "SqliteBackend", "Tx", "redacted"]
 
@@ -65,8 +66,11 @@ class Backend(Protocol):
         """The database file, or the PostgreSQL URL without its password."""
         ...
 
-    def transaction(self, *, write: bool) -> AbstractContextManager[Tx]:
-        """A transaction that commits when the block ends normally and rolls back otherwise."""
+    def transaction(self, *, write: bool, bulk: bool = False) -> AbstractContextManager[Tx]:
+        """A transaction that commits when the block ends normally and rolls back otherwise.
+
+        ``bulk`` marks a batch write that may wait for single-record writers to go first.
+        """
         ...
 
     def close(self) -> None:
@@ -157,6 +161,7 @@ class SqliteBackend:
         self._path = path.resolve()
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._busy_timeout_s = busy_timeout_s
+        self._turns = WriterTurns(self._path, timeout_s=busy_timeout_s)
         self._closed = False
         self._reset()
 
@@ -201,8 +206,18 @@ class SqliteBackend:
         return conn
 
     @contextmanager
-    def transaction(self, *, write: bool) -> Iterator[Tx]:
-        """``BEGIN IMMEDIATE`` for writes (waits up to the busy timeout), deferred for reads."""
+    def transaction(self, *, write: bool, bulk: bool = False) -> Iterator[Tx]:
+        """``BEGIN IMMEDIATE`` in a writer turn for writes (``worker.store._turns``), deferred
+        ``BEGIN`` for reads; each waits up to the busy timeout."""
+        if not write:
+            with self._transaction(write=False) as tx:
+                yield tx
+            return
+        with self._turns.turn(bulk=bulk), self._transaction(write=True) as tx:
+            yield tx
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Tx]:
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
@@ -222,6 +237,7 @@ class SqliteBackend:
             for conn in connections:
                 conn.close()
         self._local = threading.local()
+        self._turns.close()
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------
@@ -333,8 +349,12 @@ class PostgresBackend:
             return self._pool
 
     @contextmanager
-    def transaction(self, *, write: bool) -> Iterator[Tx]:
-        """``BEGIN [READ ONLY]`` … ``COMMIT`` on a pooled connection (READ COMMITTED)."""
+    def transaction(self, *, write: bool, bulk: bool = False) -> Iterator[Tx]:
+        """``BEGIN [READ ONLY]`` … ``COMMIT`` on a pooled connection (READ COMMITTED).
+
+        ``bulk`` changes nothing here: PostgreSQL has no single write lock to take turns at.
+        """
+        del bulk
         with self._current_pool().connection() as conn:
             conn.read_only = not write
             with conn.transaction():

@@ -19,6 +19,7 @@ import stamina
 from ._backends import Backend, PostgresBackend, SqliteBackend, Tx
 from ._batch import (
     EvaluationItem,
+    PreparedBatch,
     existing_evaluation_ids,
     prepare_evaluations,
     write_evaluations,
@@ -87,6 +88,16 @@ __all__ = ["Store", "open_store"]
 T = TypeVar("T")
 
 
+SQLITE_BULK_ROWS = 16
+"""Evaluations per SQLite transaction of a batch write: the write lock is held ~5-15 ms, not the
+~30-50 ms of 64 (docs/concurrency.md, "Live-lane latency")."""
+
+
+def _bulk_write(batch: PreparedBatch) -> Callable[[Tx], list[Written]]:
+    # Stamped inside the transaction, after the write lock is held, as record_evaluation does.
+    return lambda tx: write_evaluations(tx, batch, _now())
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -111,7 +122,7 @@ class Store:
         """The SQLite file path, or the PostgreSQL URL without password (safe to print)."""
         return self._backend.location
 
-    def _run(self, work: Callable[[Tx], T], *, write: bool = True) -> T:
+    def _run(self, work: Callable[[Tx], T], *, write: bool = True, bulk: bool = False) -> T:
         for attempt in stamina.retry_context(
             on=TransientStoreError,
             attempts=self._retry_attempts,
@@ -120,7 +131,7 @@ class Store:
             wait_max=2.0,
             wait_jitter=0.1,
         ):
-            with attempt, translating(), self._backend.transaction(write=write) as tx:
+            with attempt, translating(), self._backend.transaction(write=write, bulk=bulk) as tx:
                 return work(tx)
         raise AssertionError("unreachable: stamina re-raises after the last attempt")
 
@@ -153,19 +164,24 @@ class Store:
         return self._run(lambda tx: write_evaluation(tx, record, snapshot, _now()))
 
     def record_evaluations(self, items: Sequence[EvaluationItem]) -> list[Written]:
-        """Record many ``(evaluation, snapshot or None)`` pairs in ONE transaction.
+        """Record many ``(evaluation, snapshot or None)`` pairs, in input order.
 
         Each pair behaves as in :meth:`record_evaluation` (a duplicate writes nothing and comes
-        back ``created=False``); results are in input order. All pairs commit together or none
-        does, so a transient failure leaves nothing half-written for the retry.
+        back ``created=False``). On PostgreSQL all pairs commit in one transaction. On SQLite they
+        commit in transactions of :data:`SQLITE_BULK_ROWS`, each a *bulk* writer turn that lets
+        single-record writers (the live lane) go first: the one write lock is then never held
+        long. A failure part-way leaves earlier transactions written, and the retry or
+        redelivery finds them done (``created=False``), so nothing is written twice.
         """
         for record, content in items:
             if content is not None and content.snapshot_id != record.snapshot_id:
                 raise ValueError("the snapshot passed is not the one the evaluation names")
-        if not items:
-            return []
-        batch = prepare_evaluations(items)  # row building stays outside the write lock
-        return self._run(lambda tx: write_evaluations(tx, batch, _now()))
+        size = SQLITE_BULK_ROWS if self.dialect == "sqlite" else max(1, len(items))
+        written: list[Written] = []
+        for start in range(0, len(items), size):
+            batch = prepare_evaluations(items[start : start + size])  # rows built before the lock
+            written.extend(self._run(_bulk_write(batch), bulk=True))
+        return written
 
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
         """Insert the outcome if its event id is new and link it to its trace's evaluations.

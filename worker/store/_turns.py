@@ -1,0 +1,147 @@
+"""Writer turns on one SQLite file, across processes: hand-over at once, single records first.
+
+SQLite has one write lock per database. A writer that finds it taken sleeps in SQLite's busy
+handler (1, 2, 5, 10, 15, 20, 25 … ms between tries), so it wakes well after the lock is free,
+and a batch writer that commits and begins again at once wins it back. Beside a saturating
+backfill that put the live lane's records behind the lock for 35-55 ms at P95
+(bench/live_latency.py; docs/concurrency.md, "Live-lane latency").
+
+Each SQLite writer of the store therefore takes a *turn* before ``BEGIN IMMEDIATE``:
+
+- ``<db>-writer`` (exclusive flock) is held around the write transaction; a waiter polls it every
+  0.1-1 ms, so it gets the lock within a millisecond of its release, within the busy timeout.
+- ``<db>-urgent`` (shared flock) is held by a single-record writer (an urgent one: a live
+  evaluation, an outcome, a dead letter) while it waits and writes. A bulk writer (a backfill
+  batch) first waits until no urgent writer holds it, for at most :data:`YIELD_MAX_S`, so the
+  live lane waits for at most the one batch transaction already running.
+
+The kernel drops a process's flocks when it dies, so a killed writer never blocks the rest. On a
+file system without flock the turns switch themselves off and SQLite's own lock alone remains.
+The waits are lock polls bounded by a deadline, not retries of a failed operation (stamina would
+report every poll as a retry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ._errors import TransientStoreError
+
+__all__ = ["YIELD_MAX_S", "WriterTurns"]
+
+_log = logging.getLogger(__name__)
+YIELD_MAX_S = 1.0
+"""The longest a bulk writer defers to urgent writers before it queues for its turn anyway."""
+_POLL_MIN_S = 0.0001
+_POLL_MAX_S = 0.001
+
+
+def _flock(fd: int, operation: int, deadline_s: float) -> bool:
+    """``flock(operation)`` polled until it is granted (True) or ``deadline_s`` passes (False)."""
+    wait_s = _POLL_MIN_S
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline_s:
+                return False
+            time.sleep(wait_s)
+            wait_s = min(wait_s * 2, _POLL_MAX_S)
+        else:
+            return True
+
+
+class WriterTurns:
+    """Turn-taking for the writers of one SQLite file (one pair of descriptors per thread).
+
+    flock locks belong to an open file description, so every thread opens its own: two threads
+    of one process then exclude each other exactly as two processes do.
+    """
+
+    def __init__(self, path: Path, *, timeout_s: float) -> None:
+        self._writer_path = path.with_name(f"{path.name}-writer")
+        self._urgent_path = path.with_name(f"{path.name}-urgent")
+        self._timeout_s = timeout_s
+        self._enabled = True
+        self._reset()
+
+    def _reset(self) -> None:
+        self._local = threading.local()
+        self._guard = threading.Lock()
+        self._fds: list[int] = []
+        self._pid = os.getpid()
+
+    def _descriptors(self) -> tuple[int, int]:
+        if self._pid != os.getpid():
+            self._reset()  # a forked child opens its own (the parent's hold the parent's locks)
+        fds: tuple[int, int] | None = getattr(self._local, "fds", None)
+        if fds is None:
+            flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+            writer = os.open(self._writer_path, flags, 0o600)
+            fds = (writer, os.open(self._urgent_path, flags, 0o600))
+            with self._guard:
+                self._fds.extend(fds)
+            self._local.fds = fds
+        return fds
+
+    @contextlib.contextmanager
+    def turn(self, *, bulk: bool) -> Iterator[None]:
+        """Hold this thread's write turn for the block (``bulk``: yield to urgent writers first).
+
+        Raises ``TransientStoreError("STORE_BUSY")`` when no turn came within the busy timeout.
+        """
+        if not self._enabled:
+            yield
+            return
+        try:
+            writer, urgent = self._descriptors()
+            held = self._acquire(writer, urgent, bulk=bulk)
+        except OSError:
+            self._disable()
+            yield
+            return
+        try:
+            yield
+        finally:
+            for fd in held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _acquire(self, writer: int, urgent: int, *, bulk: bool) -> tuple[int, ...]:
+        """Take the locks of a turn; returns the descriptors to unlock afterwards."""
+        now_s = time.monotonic()
+        if bulk:
+            # Free only when no urgent writer holds its shared lock; released at once.
+            if _flock(urgent, fcntl.LOCK_EX, now_s + YIELD_MAX_S):
+                fcntl.flock(urgent, fcntl.LOCK_UN)
+            held: tuple[int, ...] = ()
+        else:
+            fcntl.flock(urgent, fcntl.LOCK_SH)  # never waits long: bulk writers only test it
+            held = (urgent,)
+        if _flock(writer, fcntl.LOCK_EX, now_s + self._timeout_s):
+            return (writer, *held)
+        for fd in held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        raise TransientStoreError("STORE_BUSY", "no writer turn within the busy timeout")
+
+    def _disable(self) -> None:
+        if self._enabled:
+            self._enabled = False
+            where = self._writer_path.parent
+            _log.warning("store: no flock in %s; SQLite's own lock alone orders writers", where)
+
+    def close(self) -> None:
+        """Close this process's descriptors (their locks go with them)."""
+        with self._guard:
+            fds, self._fds = self._fds, []
+        if self._pid == os.getpid():
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._local = threading.local()
