@@ -18,7 +18,7 @@ import pytest
 
 from tests.store._store_helpers import evaluation_record, snapshot_record
 from worker.store import EvaluationRecord, SnapshotRecord, Store, TransientStoreError
-from worker.store._store import SQLITE_BULK_ROWS
+from worker.store._backends import SQLITE_BULK_ROWS
 from worker.store._turns import WriterTurns
 
 _WAIT_S = 5.0

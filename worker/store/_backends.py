@@ -25,11 +25,23 @@ from psycopg_pool import ConnectionPool
 from ._errors import PermanentStoreError
 from ._turns import WriterTurns
 
-__all__ = ["Backend", "Dialect", "Params", "PostgresBackend", "SqliteBackend", "Tx", "redacted"]
+__all__ = [
+    "SQLITE_BULK_ROWS",
+    "Backend",
+    "Dialect",
+    "Params",
+    "PostgresBackend",
+    "SqliteBackend",
+    "Tx",
+    "redacted",
+]
 
 Dialect = Literal["sqlite", "postgresql"]
 Params = Mapping[str, object]
 Row = tuple[Any, ...]
+SQLITE_BULK_ROWS = 16
+"""Evaluations per SQLite transaction of a batch write: the write lock is held ~5-15 ms, not the
+~30-50 ms of 64 (docs/concurrency.md, "Live-lane latency")."""
 
 
 class Tx(Protocol):
@@ -60,6 +72,8 @@ class Backend(Protocol):
     """Where records live: hands out transactions, retried by the caller as a whole."""
 
     dialect: Dialect
+    bulk_rows: int | None
+    """Evaluations per transaction of a batch write; ``None``: the whole batch in one."""
 
     @property
     def location(self) -> str:
@@ -156,6 +170,7 @@ class SqliteBackend:
     """One connection per thread (WAL lets readers run beside the single writer)."""
 
     dialect: Dialect = "sqlite"
+    bulk_rows: int | None = SQLITE_BULK_ROWS
 
     def __init__(self, path: Path, *, busy_timeout_s: float) -> None:
         self._path = path.resolve()
@@ -291,6 +306,7 @@ class PostgresBackend:
     """A small psycopg pool per process, opened on first use (never at import or in a parent)."""
 
     dialect: Dialect = "postgresql"
+    bulk_rows: int | None = None  # no single write lock to keep short
 
     def __init__(
         self, conninfo: str, *, pool_max_size: int, connect_timeout_s: float, lock_timeout_s: float

@@ -88,11 +88,6 @@ __all__ = ["Store", "open_store"]
 T = TypeVar("T")
 
 
-SQLITE_BULK_ROWS = 16
-"""Evaluations per SQLite transaction of a batch write: the write lock is held ~5-15 ms, not the
-~30-50 ms of 64 (docs/concurrency.md, "Live-lane latency")."""
-
-
 def _bulk_write(batch: PreparedBatch) -> Callable[[Tx], list[Written]]:
     # Stamped inside the transaction, after the write lock is held, as record_evaluation does.
     return lambda tx: write_evaluations(tx, batch, _now())
@@ -168,7 +163,7 @@ class Store:
 
         Each pair behaves as in :meth:`record_evaluation` (a duplicate writes nothing and comes
         back ``created=False``). On PostgreSQL all pairs commit in one transaction. On SQLite they
-        commit in transactions of :data:`SQLITE_BULK_ROWS`, each a *bulk* writer turn that lets
+        commit in transactions of ``SQLITE_BULK_ROWS`` (16), each a *bulk* writer turn that lets
         single-record writers (the live lane) go first: the one write lock is then never held
         long. A failure part-way leaves earlier transactions written, and the retry or
         redelivery finds them done (``created=False``), so nothing is written twice.
@@ -176,7 +171,7 @@ class Store:
         for record, content in items:
             if content is not None and content.snapshot_id != record.snapshot_id:
                 raise ValueError("the snapshot passed is not the one the evaluation names")
-        size = SQLITE_BULK_ROWS if self.dialect == "sqlite" else max(1, len(items))
+        size = self._backend.bulk_rows or max(1, len(items))
         written: list[Written] = []
         for start in range(0, len(items), size):
             batch = prepare_evaluations(items[start : start + size])  # rows built before the lock

@@ -58,6 +58,11 @@ def _flock(fd: int, operation: int, deadline_s: float) -> bool:
             return True
 
 
+def _unlock(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 class WriterTurns:
     """Turn-taking for the writers of one SQLite file (one pair of descriptors per thread).
 
@@ -97,21 +102,16 @@ class WriterTurns:
 
         Raises ``TransientStoreError("STORE_BUSY")`` when no turn came within the busy timeout.
         """
-        if not self._enabled:
-            yield
-            return
-        try:
-            writer, urgent = self._descriptors()
-            held = self._acquire(writer, urgent, bulk=bulk)
-        except OSError:
-            self._disable()
-            yield
-            return
+        held: tuple[int, ...] = ()
+        if self._enabled:
+            try:
+                held = self._acquire(*self._descriptors(), bulk=bulk)
+            except OSError:
+                self._disable()
         try:
             yield
         finally:
-            for fd in held:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            _unlock(held)
 
     def _acquire(self, writer: int, urgent: int, *, bulk: bool) -> tuple[int, ...]:
         """Take the locks of a turn; returns the descriptors to unlock afterwards."""
@@ -124,10 +124,14 @@ class WriterTurns:
         else:
             fcntl.flock(urgent, fcntl.LOCK_SH)  # never waits long: bulk writers only test it
             held = (urgent,)
-        if _flock(writer, fcntl.LOCK_EX, now_s + self._timeout_s):
+        try:
+            granted = _flock(writer, fcntl.LOCK_EX, now_s + self._timeout_s)
+        except BaseException:
+            _unlock(held)
+            raise
+        if granted:
             return (writer, *held)
-        for fd in held:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        _unlock(held)
         raise TransientStoreError("STORE_BUSY", "no writer turn within the busy timeout")
 
     def _disable(self) -> None:
