@@ -3,15 +3,17 @@
 A pure library: no Celery, no store, no broker, no settings. Build a :class:`Trace`, choose
 metrics, and ``await Evaluator(judge, metrics, limits).evaluate(trace)`` for a :class:`Report`.
 
-Errors: invalid arguments anywhere raise ``ValueError`` (pydantic's ``ValidationError`` is one).
+Errors: invalid arguments anywhere raise ``ValueError`` (pydantic's ``ValidationError`` is one),
+except a judge that is not an async callable: ``TypeError`` when the :class:`Evaluator` is built.
 Nothing raised inside a metric or a judge escapes ``evaluate``: it becomes a result with a reason
 code (DEFINITION_ERROR, REDUCE_ERROR, BACKEND_ERROR, INVALID_RESPONSE, TIMEOUT). Only the caller's
-own cancellation propagates (and then no report is produced).
+own cancellation propagates (and then no report is produced): a caller that passed a
+:class:`Progress` gets what had finished from ``Evaluator.interrupted_report``.
 """
 
 from worker._json import canonical_json, freeze, json_size, thaw
 
-from ._evaluator import Entry, Evaluator, Limits, Report, RequestUsage
+from ._evaluator import Entry, Evaluator, Limits, Progress, Report, RequestUsage
 from ._metric import ID_PATTERN, Metric, check_id
 from ._metrics import agent_metrics
 from ._result import MetricResult, Reason, Status, Thresholds
@@ -44,6 +46,7 @@ __all__ = [
     "MatchMode",
     "Metric",
     "MetricResult",
+    "Progress",
     "Reason",
     "Report",
     "RequestUsage",

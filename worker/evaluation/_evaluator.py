@@ -4,13 +4,14 @@
 packs the metrics that ask questions into as few judge requests as their shared state allows, and
 runs those requests one after another under a single deadline. Whatever happens inside a metric or
 a judge becomes a reason code in the :class:`Report`; only the caller's own cancellation escapes.
+A caller that cancels an evaluation itself (a backstop) passes a :class:`Progress` and gets what
+had finished from :meth:`Evaluator.interrupted_report`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 import math
 import time
@@ -38,6 +39,7 @@ from worker.judges import (
     Question,
     ScoreQuestion,
     Usage,
+    check_async_judge,
     use_deadline,
     validate_response,
     validates_replies,
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
     from ._metric import Metric
     from ._trace import Trace
 
-__all__ = ["MAX_METRICS", "Entry", "Evaluator", "Limits", "Report", "RequestUsage"]
+__all__ = ["MAX_METRICS", "Entry", "Evaluator", "Limits", "Progress", "Report", "RequestUsage"]
 
 MAX_METRICS = 128
 
@@ -100,10 +102,18 @@ class Limits(BaseModel):
 
 
 class RequestUsage(_Frozen):
-    """Usage of one response actually received. ``usage=None`` means the judge did not say."""
+    """Usage of one judge request: the answering model and its usage, ``None`` where unknown.
+
+    One entry per response received (``usage=None``: the judge did not say), and, in an
+    :meth:`~Evaluator.interrupted_report` only, ``model=None, usage=None`` for a request that
+    was still waiting for its response when the caller stopped the evaluation.
+    """
 
     model: str | None
     usage: Usage | None
+
+
+_UNKNOWN_USAGE = RequestUsage(model=None, usage=None)  # a request sent with no reply
 
 
 class Entry(_Frozen):
@@ -120,8 +130,9 @@ class Report(_Frozen):
     """The outcome of one ``evaluate``: one entry per configured metric, in configuration order.
 
     ``requests`` counts packed requests *started* (timed-out and failed ones included); ``usage``
-    has one entry per response received, so fewer entries than requests means the cost is
-    incomplete, not zero. ``model_dump(mode="json")`` gives the JSON form for stores.
+    has one entry per response received (see :class:`RequestUsage` for an interrupted one), so
+    fewer entries than requests, or an entry with ``usage=None``, means the cost is incomplete,
+    not zero. ``model_dump(mode="json")`` gives the JSON form for stores.
     """
 
     trace_id: str
@@ -189,8 +200,51 @@ class _Run:
 
     results: list[MetricResult | None]
     requests: int = 0
+    awaiting: int = 0  # requests sent whose reply has not come back (one at most)
     usage: list[RequestUsage] = field(default_factory=list)
     asked: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+
+class Progress:
+    """What one evaluation has done so far, for a caller that may stop it from outside.
+
+    Create one per evaluation and pass it to :meth:`Evaluator.evaluate`, which records into it as
+    it goes (the results settled, the requests sent, the usage received). If the caller cancels
+    the evaluation (a backstop above the budget, for a judge that ignores cancellation),
+    :meth:`Evaluator.interrupted_report` turns it into a :class:`Report`. A ``Progress`` records
+    exactly one evaluation (reusing one is a ``ValueError``). Read it on the evaluation's own
+    event loop: it is plain mutable state, not thread-safe.
+    """
+
+    __slots__ = ("_evaluator", "_run", "_trace_id")
+
+    def __init__(self) -> None:
+        self._evaluator: Evaluator | None = None
+        self._trace_id: str | None = None
+        self._run: _Run | None = None
+
+    @property
+    def requests(self) -> int:
+        """Judge requests sent so far."""
+        return 0 if self._run is None else self._run.requests
+
+    @property
+    def awaiting(self) -> int:
+        """Requests sent whose reply has not come back (0 or 1: groups run one at a time)."""
+        return 0 if self._run is None else self._run.awaiting
+
+    def _attach(self, evaluator: Evaluator, trace_id: str, run: _Run) -> None:
+        if self._run is not None:
+            raise ValueError("a Progress records one evaluation: pass a new one to each evaluate()")
+        self._evaluator, self._trace_id, self._run = evaluator, trace_id, run
+
+    def _run_of(self, evaluator: Evaluator, trace_id: str, metrics: int) -> _Run:
+        """The recorded run, or an empty one if the evaluation never started."""
+        if self._run is None:
+            return _Run(results=[None] * metrics)
+        if self._evaluator is not evaluator or self._trace_id != trace_id:
+            raise ValueError("this Progress recorded another evaluator's or another trace's run")
+        return self._run
 
 
 @dataclass(frozen=True)
@@ -208,14 +262,19 @@ class Evaluator:
     Construction validates eagerly (``ValueError``): 1..128 metrics, ids matching
     ``^[A-Za-z][A-Za-z0-9_]{0,63}$`` and unique (the same instance twice is a duplicate), and a
     non-blank version for each.
+
+    The judge must be an async callable: an ``async def`` function (or a partial or bound method
+    of one) or an instance whose class has ``async def __call__``. Anything else is refused with
+    ``TypeError`` here, not run off the event loop: a synchronous judge would block every
+    evaluation on the loop, and no deadline can interrupt it (a thread cannot be cancelled, so
+    an abandoned call would keep its request and its thread going past the budget). A judge that
+    is async but blocks inside is not detectable; the caller's backstop is for that.
     """
 
     def __init__(
         self, judge: Judge, metrics: Iterable[Metric], limits: Limits | None = None
     ) -> None:
-        if not callable(judge):
-            # ValueError, not TypeError: the contract is "invalid arguments raise ValueError".
-            raise ValueError("judge must be callable: async (JudgeRequest) -> JudgeResponse")  # noqa: TRY004
+        check_async_judge(judge)  # TypeError: see the class docstring
         limits = Limits() if limits is None else limits
         if not isinstance(limits, Limits):
             raise ValueError("limits must be a Limits instance")  # noqa: TRY004 - see above
@@ -236,19 +295,50 @@ class Evaluator:
         """The limits every evaluation runs under."""
         return self._limits
 
-    async def evaluate(self, trace: Trace) -> Report:
+    async def evaluate(self, trace: Trace, progress: Progress | None = None) -> Report:
         """Evaluate one trace. Cancelling the caller propagates and produces no report.
 
-        ``ValueError`` if ``trace`` is not a :class:`Trace`; nothing else escapes.
+        With ``progress``, everything done is recorded into it as it happens, so a caller that
+        cancels the evaluation still gets what had finished from :meth:`interrupted_report`.
+        ``ValueError`` if ``trace`` is not a :class:`Trace` or ``progress`` is not a fresh
+        :class:`Progress`; nothing else escapes.
         """
         if not isinstance(trace, _trace.Trace):
             raise ValueError("evaluate() needs a Trace")  # noqa: TRY004 - contract: ValueError
         started = time.monotonic()
         deadline = started + self._limits.budget_s  # planning time counts against the budget
         run = _Run(results=[None] * len(self._metrics))
+        if progress is not None:
+            if not isinstance(progress, Progress):
+                raise ValueError("progress must be a Progress")
+            progress._attach(self, trace.id, run)
         groups = self._plan(trace, run)
         await self._execute(groups, trace, deadline, run)
-        return self._report(trace, run, started)
+        return self._report(trace.id, run, tuple(run.usage), max(0.0, time.monotonic() - started))
+
+    def interrupted_report(self, trace: Trace, progress: Progress, elapsed_s: float) -> Report:
+        """The report of an evaluation of ``trace`` that the caller cancelled from outside.
+
+        Every result settled before the cancel is kept as it was (answered groups, prechecks,
+        deterministic metrics, SKIPPED and ERROR ones); every other metric is ERROR/TIMEOUT.
+        ``requests`` counts the requests actually sent, and ``usage`` holds the usage of every
+        response received plus one unknown entry (``model=None, usage=None``) for the request
+        still waiting for its reply. A ``progress`` never passed to :meth:`evaluate` (cancelled
+        before it started) gives all TIMEOUT, no requests. ``elapsed_s`` is the caller's
+        measure of the evaluation's time. ``ValueError`` for a non-Trace, a non-Progress, a
+        progress of another evaluator or trace, or a negative or non-finite ``elapsed_s``.
+        """
+        if not isinstance(trace, _trace.Trace):
+            raise ValueError("interrupted_report() needs a Trace")  # noqa: TRY004 - contract
+        if not isinstance(progress, Progress):
+            raise ValueError("progress must be a Progress")  # noqa: TRY004 - contract
+        if isinstance(elapsed_s, bool) or not (
+            isinstance(elapsed_s, int | float) and math.isfinite(elapsed_s) and elapsed_s >= 0
+        ):
+            raise ValueError("elapsed_s must be a finite number >= 0")
+        run = progress._run_of(self, trace.id, len(self._metrics))
+        usage = (*run.usage, *(_UNKNOWN_USAGE,) * run.awaiting)
+        return self._report(trace.id, run, usage, float(elapsed_s))
 
     # -- planning (§E.2) -------------------------------------------------------------------
 
@@ -353,9 +443,11 @@ class Evaluator:
 
     async def _run_group(self, group: _Group, trace: Trace, run: _Run, guard: _Guard) -> None:
         guard.check()  # never start a request with no time left, or after an outer cancel
-        run.requests += 1
         request = _request(group)
+        run.requests += 1
+        run.awaiting += 1  # stays counted if the call is cancelled: sent, and no reply came
         reply = await _ask_judge(self._judge, request, guard.deadline)
+        run.awaiting -= 1
         outcome = _classify(request, reply, trusted=self._trusted)
         if outcome.usage is not None:
             run.usage.append(outcome.usage)  # once per response, never per member
@@ -377,7 +469,9 @@ class Evaluator:
             return MetricResult.error(Reason.REDUCE_ERROR)
         return result
 
-    def _report(self, trace: Trace, run: _Run, started: float) -> Report:
+    def _report(
+        self, trace_id: str, run: _Run, usage: tuple[RequestUsage, ...], elapsed_s: float
+    ) -> Report:
         # Built without re-validation: ids and versions were checked at construction, every
         # result is a MetricResult (checked where it was produced), the rest is counted here
         # (measured: validating the report and its entries was ~2% of a worker's engine CPU).
@@ -397,11 +491,11 @@ class Evaluator:
             )
         )
         values = {
-            "trace_id": trace.id,
+            "trace_id": trace_id,
             "results": entries,
             "requests": run.requests,
-            "usage": tuple(run.usage),
-            "elapsed_s": max(0.0, time.monotonic() - started),
+            "usage": usage,
+            "elapsed_s": elapsed_s,
         }
         return assemble(Report, values, set(_REPORT_FIELDS))
 
@@ -554,8 +648,7 @@ async def _ask_judge(judge: Judge, request: JudgeRequest, deadline: float) -> ob
     """Call the judge; return its reply or the exception it raised (``CancelledError`` escapes)."""
     try:
         with use_deadline(deadline):  # retrying judges never schedule a retry past it
-            pending: object = judge(request)  # a synchronous raise is a backend error too
-            return await pending if inspect.isawaitable(pending) else pending
+            return await judge(request)
     except Exception as exc:  # noqa: BLE001 - every judge failure becomes a reason code
         return exc
 

@@ -18,7 +18,7 @@ from ._chat import ChatJudge
 from ._deadline import remaining_s, use_deadline
 from ._errors import InvalidReply, JudgeError
 from ._http import RetryPolicy
-from ._protocol import Judge, validates_replies
+from ._protocol import Judge, check_async_judge, validates_replies
 from ._synthetic import SyntheticJudge
 from ._systemone import SystemOneJudge
 from ._validation import InvalidResponse, validate_response
@@ -56,6 +56,7 @@ __all__ = [
     "SyntheticJudge",
     "SystemOneJudge",
     "Usage",
+    "check_async_judge",
     "remaining_s",
     "use_deadline",
     "validate_response",
