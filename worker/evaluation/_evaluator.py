@@ -213,7 +213,9 @@ class Progress:
     the evaluation (a backstop above the budget, for a judge that ignores cancellation),
     :meth:`Evaluator.interrupted_report` turns it into a :class:`Report`. A ``Progress`` records
     exactly one evaluation (reusing one is a ``ValueError``). Read it on the evaluation's own
-    event loop: it is plain mutable state, not thread-safe.
+    event loop: it is plain mutable state. Read from another thread (a loop that is blocked), it
+    is a best-effort snapshot: each result is either settled or TIMEOUT, and a request awaiting
+    its reply may be counted as unknown usage after its reply came, never missed.
     """
 
     __slots__ = ("_evaluator", "_run", "_trace_id")
@@ -447,10 +449,10 @@ class Evaluator:
         run.requests += 1
         run.awaiting += 1  # stays counted if the call is cancelled: sent, and no reply came
         reply = await _ask_judge(self._judge, request, guard.deadline)
-        run.awaiting -= 1
         outcome = _classify(request, reply, trusted=self._trusted)
         if outcome.usage is not None:
             run.usage.append(outcome.usage)  # once per response, never per member
+        run.awaiting -= 1  # after the usage: a reader in between over-counts, never misses it
         guard.check()
         for member in group.members:
             run.results[member.index] = self._settle(member, outcome, trace)
