@@ -257,7 +257,7 @@ def _amqp_queues(url: str) -> QueuesStatus:
 
 
 def _queues(url: str) -> QueuesStatus:
-    from worker.app import is_redis  # noqa: PLC0415 - fast import of the module
+    from worker.broker import is_redis  # noqa: PLC0415 - fast import of the module
 
     return _redis_queues(url) if is_redis(url) else _amqp_queues(url)
 

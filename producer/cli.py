@@ -42,7 +42,7 @@ LanesOpt = Annotated[
 ConcurrencyOpt = Annotated[
     int | None,
     typer.Option(
-        "--concurrency", help="Judge requests in flight per process [env: EVALQ_CONCURRENCY]"
+        "--concurrency", help="Evaluations in flight, all processes [env: EVALQ_CONCURRENCY]"
     ),
 ]
 
@@ -73,8 +73,11 @@ def worker(
     *,
     lanes: LanesOpt = None,
     concurrency: ConcurrencyOpt = None,
-    pool: Annotated[
-        str | None, typer.Option("--pool", help="threads | prefork | solo [env: EVALQ_POOL]")
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            "--processes", help="Consumer processes (default: one per core) [env: EVALQ_PROCESSES]"
+        ),
     ] = None,
     loglevel: Annotated[
         str | None, typer.Option("--loglevel", help="Log level [env: EVALQ_LOG_LEVEL]")
@@ -84,11 +87,13 @@ def worker(
         typer.Option("--hostname", envvar="EVALQ_WORKER_HOSTNAME", help="Celery node name"),
     ] = None,
 ) -> None:
-    """Run a worker (threads pool); with no flags it consumes every lane."""
+    """Run a worker (one consumer process per core); with no flags it consumes every lane."""
     from worker.ops import run_worker  # noqa: PLC0415 - fast --help
     from worker.settings import ConfigError  # noqa: PLC0415
 
-    settings = _settings(lanes=lanes, concurrency=concurrency, pool=pool, log_level=loglevel)
+    settings = _settings(
+        lanes=lanes, concurrency=concurrency, processes=processes, log_level=loglevel
+    )
     _broker(settings)
     try:
         run_worker(settings, hostname=hostname)
@@ -257,7 +262,7 @@ def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
         run_backfill,
         store_counts,
     )
-    from worker.app import is_redis  # noqa: PLC0415
+    from worker.broker import is_redis  # noqa: PLC0415
     from worker.ops import producer_for  # noqa: PLC0415
     from worker.store import StoreError, open_store  # noqa: PLC0415
 

@@ -1,75 +1,51 @@
-"""A Celery consumer that dead-letters messages which never reach a task body.
+"""The Celery edge of the message path: kombu messages in, :mod:`worker.handling` verdicts out.
 
-Celery's stock consumer logs such messages (with their full body: snapshot content in our case)
-and acks them: the message is gone and only a log line remains. Here each becomes a dead-letter
-record in the store (reason code + the raw body, bounded by the store) and is then acked; the
-worker keeps serving. Reason codes:
+Celery's consumer keeps doing what it does well: the broker connection and its recovery, prefetch
+(QoS: at most ``concurrency`` unacked messages per process), heartbeats, remote control
+(``celery inspect``/``control``) and task events for Flower. What it does per message is replaced:
+instead of a request object, a strategy and a pool slot per message, :class:`EvalqConsumer` hands
+each raw kombu message to an :class:`Intake`, which moves every message waiting at that instant to
+the runtime's event loop in one hop (a micro-batch: what one fetch returned). There each message is
+read into a :class:`~worker.handling.Delivery` and handled; when its verdict is known (its records
+committed), the message is acked (or requeued) back on the consumer's thread, many at once: on the
+reliable-fetch Redis channel one round trip acks a whole group (:func:`worker.broker.ack_all`).
 
-- ``CONTENT_DISALLOWED``: a serializer other than JSON (e.g. pickle) — refused, never decoded;
-- ``UNDECODABLE``: the body is not valid for its declared content type (malformed JSON);
-- ``UNKNOWN_TASK``: a task name this worker does not serve;
-- ``UNKNOWN_MESSAGE``: not a Celery task message at all;
-- ``INVALID_MESSAGE``: a task message that breaks the protocol (missing fields). Celery raises
-  some of these (a ``task`` header without ``id``: ``KeyError``) out of its message handler,
-  where kombu's Redis transport takes a ``KeyError`` for a lost connection: the consumer
-  reconnected, the message came back, forever — a poison message stopped the worker (found by
-  the property tests). The handler is wrapped so such messages are dead-lettered too.
-
-If the store cannot take the record right now, the message is neither acked nor rejected: it stays
-with the broker and comes back (Redis: after the visibility timeout; RabbitMQ: on reconnect), so
-nothing is lost and the consumer does not spin on it.
-
-It also survives a kombu 5.7 race on Redis connection loss (found by the fault suite): Celery's
-``collect()`` detaches the transport from the connection, and the ``close()`` that follows asks
-the half-closed channel to restore its unacked messages, which raises ``AttributeError`` (no
-connection parameters left). Celery treats that as an unrecoverable error and the whole worker
-exits. The close is best-effort here instead: the unacked messages stay in Redis's ``unacked``
-hash and come back after the visibility timeout, and the consumer reconnects as usual. For the
-same reason a task that was running when the connection was lost (the threads pool cannot cancel
-it, as Celery would) must not ack on the dead channel when it finishes: acks and rejects on that
-channel are skipped, the message is redelivered, and the store's idempotency makes the second
-delivery write nothing.
-
-On ``redis://`` the worker fetches through :mod:`worker._reliable_fetch`: a message is popped and
-recorded as unacked in one atomic step, so neither a worker crash nor a Redis outage can drop it
-in transit. Where kombu's ``BRPOP`` still fetches (``rediss://``, ``sentinel://``), kombu records
-the popped message in ``unacked`` one round trip later, and if Redis goes away in between it raises
-and drops the message. :class:`DeliveredAnyway` covers that half of the window there: it keeps the
-message and hands it to the task (only a worker crash before the record is written, during the
-same broker outage, could still lose it; the reliable fetch closes both halves).
+Reading a message refuses, as dead letters with the raw body (never decoded content in logs):
+a body kombu cannot decode (``UNDECODABLE``) or may not (``CONTENT_DISALLOWED``: pickle), a
+message without Celery's protocol-2 headers (``UNKNOWN_MESSAGE``) or with broken ones
+(``INVALID_MESSAGE``), a task name evalq does not serve — Celery's built-ins included
+(``UNKNOWN_TASK``) —, an ``eta``/``countdown`` (``SCHEDULED``: evalq evaluates what arrives) and a
+passed ``expires`` (``EXPIRED``). A list item that is not a kombu envelope at all never reaches
+kombu's consumer: the reliable fetch hands its raw bytes here (``on_poison``), it is
+dead-lettered, and then its ``unacked`` entry is forgotten.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
-import redis
 from celery.worker.consumer import Consumer
-from kombu.exceptions import ContentDisallowed
+from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.message import Message
-from kombu.transport import redis as kombu_redis
-from kombu.transport import virtual
 
-from producer.snapshot import LANE_QUEUES
-from worker import metrics, runtime
-from worker.settings import Settings
-from worker.store import DeadLetterRecord, StoreError
+from producer.snapshot import ENQUEUED_AT_HEADER, EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK
+from worker import broker, metrics
+from worker.dead_letters import DeadLetterCode
+from worker.handling import Delivery, Handler, Verdict
 
-__all__ = ["DeadLetterConsumer", "DeliveredAnyway", "Reason", "protect_deliveries"]
+__all__ = ["TASK_NAMES", "EvalqConsumer", "Intake", "delivery_of"]
 
 _log = logging.getLogger(__name__)
-_LANE_OF_QUEUE = {queue: lane.value for lane, queue in LANE_QUEUES.items()}
-
-
-class Reason:
-    """Dead-letter reason codes of messages rejected before a task body ran."""
-
-    CONTENT_DISALLOWED = "CONTENT_DISALLOWED"
-    UNDECODABLE = "UNDECODABLE"
-    UNKNOWN_TASK = "UNKNOWN_TASK"
-    UNKNOWN_MESSAGE = "UNKNOWN_MESSAGE"
-    INVALID_MESSAGE = "INVALID_MESSAGE"
+TASK_NAMES = frozenset({EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK})
+"""The task names this worker serves; any other (Celery built-ins too) is UNKNOWN_TASK."""
 
 
 def _raw_body(message: Message) -> bytes:
@@ -79,152 +55,241 @@ def _raw_body(message: Message) -> bytes:
     return str(body).encode("utf-8", "surrogatepass")
 
 
-def _task_name(message: Message) -> str | None:
-    headers = message.headers if isinstance(message.headers, dict) else {}
-    name = headers.get("task")
-    return name if isinstance(name, str) else None
+def _refused(message: Message, code: DeadLetterCode, task: str | None = None) -> Delivery:
+    lane = broker.lane_of_queue(_queue(message))
+    return Delivery.refusal(code, _raw_body(message), task=task, lane=lane)
 
 
-def _lane(message: Message) -> str | None:
-    info = message.delivery_info or {}
-    queue = info.get("routing_key") or info.get("queue")
-    return _LANE_OF_QUEUE.get(queue) if isinstance(queue, str) else None
+def _queue(message: Message) -> Any:
+    info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
+    return info.get("routing_key") or info.get("queue")
 
 
-def dead_letter(message: Message, reason: str, settings: Settings | None = None) -> bool:
-    """Record ``message`` as a dead letter and ack it; False (left as is) if the store failed."""
-    record = DeadLetterRecord(
-        reason=reason, task=_task_name(message), lane=_lane(message), payload=_raw_body(message)
-    )
-    try:
-        runtime.current(settings).store.record_dead_letter(record)
-        metrics.observe_dead_letter(reason, record.lane or metrics.OTHER)
-    except StoreError as exc:
-        _log.error(
-            "dead letter not recorded: %s (%s); message left with the broker", reason, exc.code
+def _expired(expires: Any) -> bool:
+    """True if ``expires`` (ISO time or unix seconds) has passed; ValueError if unreadable."""
+    if isinstance(expires, int | float) and not isinstance(expires, bool):
+        return float(expires) < time.time()
+    if not isinstance(expires, str):
+        raise TypeError("expires")
+    when = datetime.fromisoformat(expires)
+    when = when if when.tzinfo else when.replace(tzinfo=UTC)
+    return when < datetime.now(UTC)
+
+
+def _enqueued_at(headers: Mapping[str, Any]) -> float | None:
+    stamp = headers.get(ENQUEUED_AT_HEADER)
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        return float(stamp)
+    return None
+
+
+def _arguments(message: Message) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Protocol 2's ``[args, kwargs, embed]`` body (ValueError if it is not that shape)."""
+    body = message.decode()
+    if not isinstance(body, list | tuple) or len(body) != 3:
+        raise ValueError("body")
+    args, kwargs, _ = body
+    if not isinstance(args, list | tuple) or not isinstance(kwargs, dict):
+        raise TypeError("arguments")
+    return tuple(args), kwargs
+
+
+def delivery_of(message: Message) -> Delivery:
+    """Read one kombu message into a :class:`Delivery` (a refusal when it cannot be handled)."""
+    headers = message.headers
+    if not isinstance(headers, Mapping) or "task" not in headers:
+        return _refused(message, DeadLetterCode.UNKNOWN_MESSAGE)
+    task = headers.get("task")
+    if not isinstance(task, str) or task not in TASK_NAMES:
+        return _refused(
+            message, DeadLetterCode.UNKNOWN_TASK, task if isinstance(task, str) else None
         )
-        return False
-    _log.warning("dead letter: %s (task %s)", reason, record.task or "-")
-    message.ack()
-    return True
+    try:
+        code = _schedule_code(headers)
+        if code is not None:
+            return _refused(message, code, task)
+        args, kwargs = _arguments(message)
+    except ContentDisallowed:
+        return _refused(message, DeadLetterCode.CONTENT_DISALLOWED, task)
+    except (DecodeError, ValueError, TypeError, KeyError, UnicodeDecodeError):
+        undecodable = _undecodable(message)
+        code = DeadLetterCode.UNDECODABLE if undecodable else DeadLetterCode.INVALID_MESSAGE
+        return _refused(message, code, task)
+    lane = broker.lane_of_queue(_queue(message))
+    return Delivery(task, args, kwargs, lane, _raw_body(message), _enqueued_at(headers))
 
 
-_BROKER_GONE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+def _schedule_code(headers: Mapping[str, Any]) -> DeadLetterCode | None:
+    """SCHEDULED for an ``eta``, EXPIRED for a passed ``expires`` (ValueError if unreadable)."""
+    if headers.get("eta") is not None:
+        return DeadLetterCode.SCHEDULED
+    expires = headers.get("expires")
+    if expires is not None and _expired(expires):
+        return DeadLetterCode.EXPIRED
+    return None
 
 
-class DeliveredAnyway(kombu_redis.QoS):
-    """kombu's Redis QoS (``BRPOP`` fetch: ``rediss://``, ``sentinel://``), except that a popped
-    message whose ``unacked`` entry cannot be written (the broker just went away) is still
-    delivered instead of dropped (see the module)."""
-
-    def append(self, message: Message, delivery_tag: Any) -> None:
-        """Record the delivery in Redis; if Redis is unreachable, keep it locally and go on."""
-        try:
-            super().append(message, delivery_tag)
-        except _BROKER_GONE as exc:
-            _log.warning(
-                "broker unreachable right after a delivery (%s); processing the message anyway",
-                type(exc).__name__,
-            )
-            virtual.QoS.append(self, message, delivery_tag)
+def _read(message: Message) -> Delivery:
+    """:func:`delivery_of`, never raising: whatever breaks reading it, the message is kept."""
+    try:
+        return delivery_of(message)
+    except Exception as exc:  # noqa: BLE001 - one unreadable message must not stop its batch
+        _log.warning("message unreadable (%s); dead-lettered", type(exc).__name__)
+        return _refused(message, DeadLetterCode.UNDECODABLE)
 
 
-def protect_deliveries(connection: Any) -> None:
-    """Install :class:`DeliveredAnyway` on ``connection``'s consuming channel (kombu's ``BRPOP``
-    fetch only: the reliable fetch's QoS, and amqp channels, are left as they are)."""
-    qos = getattr(connection.default_channel, "qos", None)  # amqp channels have none
-    if type(qos) is kombu_redis.QoS:
-        qos.__class__ = DeliveredAnyway
+def _undecodable(message: Message) -> bool:
+    try:
+        message.decode()
+    except Exception:  # noqa: BLE001 - any decoding failure is the answer
+        return True
+    return False
 
 
-def _skipped(kind: str) -> Any:
-    def skip(*_: Any, **__: Any) -> None:
-        _log.info("%s on a lost broker connection skipped; the message is redelivered", kind)
+class Intake:
+    """Hands messages from the consumer's thread to the loop, and verdicts back (see module).
 
-    return skip
-
-
-def _retire(connection: Any, channels: list[Any]) -> None:
-    """Make a lost connection safe to abandon (see the module docstring).
-
-    Late acks and rejects on its channels become no-ops (the message stays with the broker and is
-    redelivered), and ``close()`` swallows kombu's ``AttributeError`` on a half-closed channel.
+    :meth:`put` runs on the consumer's thread; everything else on the loop, except the acks,
+    which :meth:`_flush` runs back on the consumer's thread (``hub.call_soon``), batched.
     """
-    for channel in {id(c): c for c in channels if c is not None}.values():
-        channel.basic_ack = _skipped("ack")
-        channel.basic_reject = _skipped("reject")
-    close = connection.close
 
-    def close_quietly() -> None:
-        try:
-            close()
-        except AttributeError as exc:
-            _log.warning(
-                "broker connection cleanup failed (%s); unacked messages return after the "
-                "visibility timeout",
-                type(exc).__name__,
+    def __init__(self, handler: Handler, consumer: Any) -> None:
+        self.handler = handler
+        self.loop = handler.rt.loop
+        self.consumer = consumer
+        self._incoming: collections.deque[Message] = collections.deque()
+        self._scheduled = False
+        self._settled: collections.deque[tuple[Message, Verdict]] = collections.deque()
+        self._flush_scheduled = False
+        self.in_flight = 0
+        self._idle: asyncio.Event | None = None  # set when nothing is in flight (shutdown)
+
+    # -- consumer thread ------------------------------------------------------------------------
+
+    def put(self, message: Message) -> None:
+        """Take one message off kombu (the consumer's ``on_message``)."""
+        self._incoming.append(message)
+        self._send_event("task-received", message)
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def poisoned(self, queue: str, raw: bytes, tag: str | None) -> None:
+        """An unreadable list item from the reliable fetch: dead-letter it, then forget it."""
+        delivery = Delivery.refusal(
+            DeadLetterCode.UNDECODABLE, raw, lane=broker.lane_of_queue(queue)
+        )
+        self.loop.call_soon_threadsafe(self._handle_poison, delivery, queue, tag)
+
+    def flush_pending(self) -> None:
+        """Settle now what waits for the consumer's thread (shutdown: the hub runs no more)."""
+        self._flush()
+
+    def _flush(self) -> None:
+        """Ack (or requeue) every settled message; send their task events."""
+        settled = []
+        while self._settled:
+            settled.append(self._settled.popleft())
+        self._flush_scheduled = False
+        acked = [m for m, verdict in settled if verdict is Verdict.ACK]
+        broker.ack_all(acked)
+        for message, verdict in settled:
+            if verdict is Verdict.REQUEUE:
+                broker.requeue(message)
+            self._send_event(
+                "task-succeeded" if verdict is Verdict.ACK else "task-retried", message
             )
 
-    connection.close = close_quietly
+    def _send_event(self, kind: str, message: Message) -> None:
+        dispatcher = getattr(self.consumer, "event_dispatcher", None)
+        if dispatcher is None or not dispatcher.enabled:
+            return
+        headers = message.headers if isinstance(message.headers, Mapping) else {}
+        fields: dict[str, Any] = {"uuid": headers.get("id"), "name": headers.get("task")}
+        if kind == "task-received":
+            fields.update(args=headers.get("argsrepr") or "", kwargs="", retries=0)
+        dispatcher.send(kind, **fields)
+
+    # -- loop -----------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        messages = []
+        while self._incoming:
+            messages.append(self._incoming.popleft())
+        if not messages:
+            return
+        deliveries = [_read(m) for m in messages]
+        for delivery in deliveries:
+            if delivery.enqueued_at is not None and delivery.lane is not None:
+                metrics.observe_queue_wait(delivery.lane.value, time.time() - delivery.enqueued_at)
+        self.in_flight += len(messages)
+        for message, verdict in zip(messages, self.handler.submit(deliveries), strict=True):
+            verdict.add_done_callback(partial(self._settle, message))
+
+    def _settle(self, message: Message, verdict: asyncio.Future[Verdict]) -> None:
+        self.in_flight -= 1
+        if not self.in_flight and self._idle is not None:
+            self._idle.set()
+        self._settled.append((message, verdict.result()))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._on_consumer_thread(self._flush)
+
+    def _handle_poison(self, delivery: Delivery, queue: str, tag: str | None) -> None:
+        (verdict,) = self.handler.submit([delivery])
+
+        def forget(done: asyncio.Future[Verdict]) -> None:
+            if done.result() is Verdict.ACK and tag is not None:
+                self._on_consumer_thread(partial(broker.forget, self.consumer.connection, tag))
+
+        verdict.add_done_callback(forget)
+        _log.warning("unreadable message on %s dead-lettered", queue)
+
+    def _on_consumer_thread(self, work: Any) -> None:
+        hub = getattr(self.consumer, "hub", None)
+        if hub is not None and not getattr(self.consumer, "evalq_stopping", False):
+            hub.call_soon(work)
+        else:  # no event loop (shutting down): acks go straight to the broker
+            work()
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until nothing is in flight; True if nothing is."""
+        if self.in_flight:
+            self._idle = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._idle.wait()
+        return not self.in_flight
 
 
-_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-"""What Celery's handler raises on a task message with missing or mistyped protocol fields."""
+class EvalqConsumer(Consumer):
+    """``worker_consumer``: messages go to the :class:`Intake` instead of Celery's strategies."""
 
+    evalq_intake: Intake | None = None
+    evalq_stopping = False
 
-class DeadLetterConsumer(Consumer):
-    """``worker_consumer``: dead-letters undecodable, disallowed, unknown and invalid messages."""
-
-    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
-        """Celery's handler, with protocol violations it does not catch dead-lettered."""
-        handler = super().create_task_handler(*args, **kwargs)
-
-        def on_task_received(message: Message) -> Any:
-            try:
-                return handler(message)
-            except _MALFORMED as exc:
-                _log.warning("task message refused (%s)", type(exc).__name__)
-                self._dead_letter(message, Reason.INVALID_MESSAGE)
-                return None
-
-        return on_task_received
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ARG002 - Celery's
+        """Celery asks once per connection for the function that takes every task message."""
+        intake = self.evalq_intake
+        if intake is None:
+            raise RuntimeError("the evalq lifecycle step did not start")
+        return intake.put
 
     def connect(self) -> Any:
-        """Celery's connect, with :class:`DeliveredAnyway` on the consuming channel."""
+        """Celery's connect, with the broker's delivery protections installed."""
         connection = super().connect()
-        protect_deliveries(connection)
+        intake = self.evalq_intake
+        broker.protect(connection, intake.poisoned if intake is not None else None)
         return connection
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
-        """Celery's reconnect path, with the old connection closed best-effort (see module)."""
+        """Celery's reconnect path, with the old connection closed best-effort."""
         if self.connection is not None:
             consumer = getattr(self, "task_consumer", None)
             channels = [
                 getattr(self.connection, "_default_channel", None),
                 getattr(consumer, "channel", None),
             ]
-            _retire(self.connection, channels)
+            broker.retire(self.connection, channels)
         super().on_connection_error_after_connected(exc)
-
-    def _dead_letter(self, message: Message, reason: str) -> None:
-        dead_letter(message, reason, getattr(self.app, "settings", None))
-
-    def on_decode_error(self, message: Message, exc: Exception) -> None:
-        """Body could not be decoded (malformed JSON, or a refused content type)."""
-        disallowed = isinstance(exc, ContentDisallowed)
-        self._dead_letter(message, Reason.CONTENT_DISALLOWED if disallowed else Reason.UNDECODABLE)
-
-    def on_unknown_message(self, body: Any, message: Message) -> None:  # noqa: ARG002 - Celery's signature
-        """Not a task message."""
-        self._dead_letter(message, Reason.UNKNOWN_MESSAGE)
-
-    def on_unknown_task(self, body: Any, message: Message, exc: Exception) -> None:  # noqa: ARG002
-        """A task name nobody registered here."""
-        self._dead_letter(message, Reason.UNKNOWN_TASK)
-
-    def on_invalid_task(self, body: Any, message: Message, exc: Exception) -> None:  # noqa: ARG002
-        """Protocol violation, or a refused serializer detected while building the request."""
-        disallowed = isinstance(exc, ContentDisallowed)
-        self._dead_letter(
-            message, Reason.CONTENT_DISALLOWED if disallowed else Reason.INVALID_MESSAGE
-        )

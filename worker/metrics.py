@@ -45,12 +45,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from producer.snapshot import LANE_QUEUES, Lane
+from worker.dead_letters import DeadLetterCode
 from worker.evaluation import Reason, Report, Status
 from worker.judges import (
     InvalidReply,
     JudgeError,
     JudgeRequest,
     JudgeResponse,
+    check_async_judge,
     validate_response,
     validates_replies,
 )
@@ -101,30 +103,8 @@ DECISION_REASONS = frozenset(
     {"SAMPLED_OUT", "NOT_READY", "PENDING_OUTCOME", "DUPLICATE", "UNKNOWN_METRIC_SET"}
 )
 """Decision codes beyond the engine's (why a trace was not scored, issue 5)."""
-DEAD_LETTER_REASONS = frozenset(
-    {
-        # worker.consumer.Reason: rejected before a task body ran
-        "CONTENT_DISALLOWED",
-        "UNDECODABLE",
-        "UNKNOWN_TASK",
-        "UNKNOWN_MESSAGE",
-        "INVALID_MESSAGE",
-        # worker.tasks.DeadLetterReason: refused by a task body
-        "BAD_ARGUMENTS",
-        "SCHEMA_INVALID",
-        "UNSUPPORTED_SCHEMA_VERSION",
-        "PAYLOAD_TOO_LARGE",
-        "BATCH_TOO_LARGE",
-        "WINDOW_VIOLATION",
-        "TRACE_INVALID",
-        "UNKNOWN_METRIC_SET",
-        "INTERNAL_ERROR",
-    }
-)
-"""Dead-letter codes, literal here because the modules that define them import Celery.
-
-tests/ops/test_ops_metrics.py checks this list against both definitions.
-"""
+DEAD_LETTER_REASONS = frozenset(code.value for code in DeadLetterCode)
+"""Dead-letter codes (:class:`worker.dead_letters.DeadLetterCode`)."""
 KNOWN_REASONS = (
     frozenset(
         value for name, value in vars(Reason).items() if name.isupper() and isinstance(value, str)
@@ -436,6 +416,7 @@ class MeteredJudge:
         judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]],
         metrics: WorkerMetrics | None = None,
     ) -> None:
+        check_async_judge(judge)  # a synchronous judge would block the loop past every budget
         self._judge = judge
         self._metrics = metrics or default_metrics()
         # The wire judges validate every reply (InvalidReply otherwise); validating it again

@@ -31,13 +31,14 @@ from pydantic import ValidationError
 from producer import ImportErrorReport, Lane, OutcomeEvent, Producer, Snapshot, read_snapshots
 from producer._report import ReportScope, build_report
 from producer.snapshot import SamplingTally, WindowViolation
-from worker import signals
-from worker.app import broker_transport_options, create_app
+from worker.app import create_app
+from worker.broker import broker_transport_options
 from worker.embedded import RedisServer
 from worker.metric_sets import build_metric_set
 from worker.runtime import judge_identity
 from worker.settings import ConfigError, Settings
 from worker.store import DeadLetter, Store, StoreError, open_store
+from worker.supervisor import Supervisor
 
 __all__ = [
     "RedriveSummary",
@@ -57,12 +58,12 @@ __all__ = [
 
 
 def worker_argv(settings: Settings, hostname: str | None = None) -> list[str]:
-    """Celery worker arguments for ``settings`` (pool, size, lane queues, events on)."""
+    """Celery worker arguments of ONE consumer process (lane queues, prefetch, events on)."""
     name = hostname or f"evalq-{os.getpid()}@%h"
     return [
         "worker",
-        f"--pool={settings.pool.value}",
-        f"--concurrency={settings.pool_size}",
+        "--pool=solo",  # never given a message: evalq's consumer evaluates on the event loop
+        f"--concurrency={settings.process_concurrency}",  # prefetch: one message per slot
         f"--queues={','.join(settings.queues)}",
         f"--loglevel={settings.log_level}",
         f"--hostname={name}",
@@ -83,15 +84,19 @@ def preflight(settings: Settings) -> None:
     store.close()
 
 
-def run_worker(settings: Settings, *, hostname: str | None = None) -> None:
-    """Run a Celery worker in this process until it is stopped (``evalq worker``).
+def run_worker(settings: Settings, *, hostname: str | None = None) -> int:
+    """Run a worker until it is stopped (``evalq worker``); its exit status.
 
     The store is checked first, so a worker that could never record anything does not start.
+    With ``processes`` > 1 this process supervises that many consumer processes
+    (:mod:`worker.supervisor`); with one it is the consumer.
     """
     preflight(settings)
+    if settings.processes > 1:
+        return Supervisor(settings, hostname).run()
     app = create_app(settings)
-    signals.connect(app)
     app.worker_main(worker_argv(settings, hostname))
+    return 0
 
 
 # --- producing ---------------------------------------------------------------------------------

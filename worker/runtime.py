@@ -1,38 +1,33 @@
-"""Per-process runtime: one background event loop, one judge, one store, one concurrency bound.
+"""Per-process runtime: one event loop, one judge, one store, the evaluation slots.
 
-Why this shape (celery-notes §2, §3, and the measurements in DESIGN.md):
+Why this shape (docs/concurrency.md has the measurements):
 
-- **Threads pool + one asyncio loop per process.** Celery 5.7 has no async tasks. The judges are
-  async (an aiohttp-backed httpx client keeps hundreds of requests in flight cheaply), and the
-  engine enforces its budget by *cancelling* the in-flight request (``asyncio.timeout``), which
-  only works on a loop. So each worker process runs one loop in a daemon thread; a task (running
-  in a pool thread) hands its evaluation coroutine to that loop with
-  ``asyncio.run_coroutine_threadsafe`` and waits. Judge requests of different snapshots in one
-  process thus run concurrently on the loop, while the engine keeps one snapshot's groups
-  sequential. A loop per task (``asyncio.run``) would rebuild clients per task (25-40 ms CPU each)
-  and break loop-bound pools ("Event loop is closed").
+- **Evaluations are coroutines on one loop per process.** The judges are async (an aiohttp
+  client keeps thousands of requests in flight on one connection pool) and the engine enforces
+  its budget by *cancelling* the in-flight request (``asyncio.timeout``), which only works on a
+  loop. The whole message path (:mod:`worker.handling`) runs on this loop, in a thread of its
+  own beside Celery's consumer; blocking store calls go to a small, fixed set of store threads.
+  Concurrency is a number of slots, not of threads: thousands of evaluations in flight cost
+  memory for their coroutines only.
 - **Built after fork, never at import.** Loops, sockets and connection pools do not survive
-  ``fork()``. :func:`current` builds the runtime lazily and rebuilds it when the PID changed;
-  :mod:`worker.signals` calls it eagerly from ``worker_process_init`` (prefork children) and
-  ``worker_ready`` (the main process: threads pool, and the consumer's dead-letter writes).
-- **One shared judge.** HTTP judges own one pooled client: building a client costs 25-40 ms of CPU
-  and the aiohttp transport scales to hundreds of requests in flight on one client.
-- **A process-wide ``asyncio.Semaphore(concurrency)``** bounds evaluations (hence judge requests:
-  one per evaluation at a time) in flight, whatever the pool size and batch sizes are. A snapshot's
-  budget starts when it gets a slot, so waiting behind other work never eats its budget: every
-  snapshot gets its own full budget.
-- **Backstops.** The engine returns a report with TIMEOUT results at its deadline. Should it not
-  (a judge that ignores cancellation, a blocked loop), the loop side cancels it at
-  ``budget + BACKSTOP_MARGIN_S`` and the task side stops waiting at ``Settings.longest_task_s``;
-  both produce an all-TIMEOUT report, so the evaluation is still recorded, never lost.
-- **A store per process.** The store is synchronous and thread-safe; pool threads write records
-  directly, the consumer thread writes dead letters.
+  ``fork()``. :func:`current` builds the runtime lazily and rebuilds it when the PID changed; the
+  worker's lifecycle bootstep (:mod:`worker.lifecycle`) builds it eagerly at start, so a broken
+  store or judge configuration shows at once.
+- **One shared judge.** HTTP judges own one pooled client: building a client costs 25-40 ms of CPU.
+- **An ``asyncio.Semaphore(concurrency)``** bounds evaluations (hence judge requests: one per
+  evaluation at a time) in flight. A snapshot's budget starts when it gets a slot, so waiting
+  behind other work never eats its budget.
+- **The backstop.** The engine returns a report with TIMEOUT results at its deadline. Should it
+  not (a judge that ignores cancellation, a blocked loop), the runtime cancels it at
+  ``budget + BACKSTOP_MARGIN_S`` and records what the engine had by then: completed results, the
+  requests sent and their usage (unknown where no response came), TIMEOUT for the rest.
+- **A testing switch.** :func:`use` installs a runtime built by a test (an injected store and
+  judge) as this process's runtime, so message handling is tested in-process, without a worker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import gc
 import logging
@@ -40,23 +35,26 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from worker import metrics
-from worker.evaluation import Entry, Evaluator, MetricResult, Reason, Report, Trace
+from worker.evaluation import Entry, Evaluator, MetricResult, Progress, Reason, Report, Trace
 from worker.judges import ChatJudge, Judge, SyntheticJudge, SystemOneJudge
 from worker.metric_sets import MetricSet, build_metric_set
 from worker.settings import BACKSTOP_MARGIN_S, JudgeKind, Settings
 from worker.store import Store, open_store
 
 __all__ = [
+    "GC_GEN0_THRESHOLD",
+    "STORE_THREADS",
+    "SWITCH_INTERVAL_S",
     "Outcome",
     "Runtime",
-    "Submitted",
     "current",
     "install",
     "judge_identity",
@@ -65,12 +63,23 @@ __all__ = [
     "shutdown",
     "timeout_report",
     "tune_gc",
+    "use",
 ]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _SYSTEMONE_DEFAULT_URL = "https://api.typesafe.ai"
 _SYSTEMONE_DEFAULT_MODEL = "jev-latest"
+STORE_THREADS = 2
+"""Threads for blocking store calls: the group-commit writer and one for reads and dead letters."""
+SWITCH_INTERVAL_S = 0.00025
+"""GIL hand-over interval of a worker process (CPython's default is 5 ms).
+
+The consumer thread, the loop thread and the store threads hand the GIL to each other on every
+blocking call; at 5 ms a store statement or an ack waited up to that long whenever the loop was
+busy (docs/concurrency.md measured 0.25 ms as the best of 0.1-5 ms)."""
+GC_GEN0_THRESHOLD = 50_000
+"""Cycle-collector threshold of a worker process (see :func:`tune_gc`)."""
 
 
 def judge_identity(settings: Settings) -> str:
@@ -99,8 +108,8 @@ def _build_judge(settings: Settings) -> Judge:
 
 
 def open_worker_store(settings: Settings) -> Store:
-    """The store of one worker process; its pool is sized for the pool threads that write."""
-    return open_store(settings.store_url, pool_max_size=max(4, min(settings.concurrency, 16)))
+    """The store of one worker process; its pool is sized for the store threads that use it."""
+    return open_store(settings.store_url, pool_max_size=STORE_THREADS + 2)
 
 
 def tune_gc(gen0_threshold: int) -> None:
@@ -145,7 +154,7 @@ def timeout_report(trace_id: str, metric_set: MetricSet, elapsed_s: float) -> Re
 
 @dataclass(frozen=True)
 class Outcome:
-    """One finished evaluation: the report, when it started, and whether a backstop ended it.
+    """One finished evaluation: the report, when it started, and whether the backstop ended it.
 
     ``started_s`` is ``time.monotonic()`` when the evaluation got its slot (its budget's start).
     """
@@ -156,29 +165,8 @@ class Outcome:
     backstop: bool
 
 
-@dataclass(frozen=True)
-class Submitted:
-    """The evaluations of one message in flight (:meth:`Runtime.submit_many`).
-
-    ``outcomes[i]`` is filled on the loop when evaluation ``i`` ends (an exception there is a
-    bug); ``None`` means still running. ``future`` completes when all of them have ended.
-    """
-
-    outcomes: list[Outcome | BaseException | None]
-    future: concurrent.futures.Future[None]
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s``; True if every evaluation ended, else cancel the rest."""
-        try:
-            self.future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            self.future.cancel()  # cancels the evaluations still running on the loop
-            return False
-        return True
-
-
 class Runtime:
-    """Loop thread + judge + store + evaluators of one worker process (see the module docstring)."""
+    """Loop thread + judge + store + evaluation slots of one worker process (see the module)."""
 
     def __init__(
         self, settings: Settings, *, store: Store | None = None, judge: Judge | None = None
@@ -190,17 +178,15 @@ class Runtime:
         """
         self.settings = settings
         self.pid = os.getpid()
-        # The GIL is handed over every switch interval (5 ms by default); every blocking call
-        # (a store statement, a socket read) waits for that hand-over when another thread is
-        # busy. Shorter is measured better here: fewer milliseconds per store statement held
-        # under the write lock, a more responsive loop (docs/concurrency.md).
-        sys.setswitchinterval(settings.switch_interval_ms / 1000)
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         lower_priority(settings.nice)  # before the loop thread starts: threads inherit it
         self.limits = settings.limits
         self.judge_name = judge_identity(settings)
         self._metric_sets: dict[str, tuple[MetricSet, Evaluator]] = {}
+        self._abandoned: set[asyncio.Future[Report]] = set()
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
+        self.store_threads = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="evalq-store")
         self._thread = threading.Thread(target=self._run_loop, name="evalq-loop", daemon=True)
         self._thread.start()
         raw = judge if judge is not None else self.call(self._make_judge())
@@ -211,8 +197,7 @@ class Runtime:
         self._owns_store = store is None
         self.store: Store = store if store is not None else open_worker_store(settings)
         # Built now, not by the first message: building a set takes a noticeable fraction of a
-        # second, under a lock that every pool thread needs (measured: +150 ms on the first
-        # live evaluations after a start).
+        # second (measured: +150 ms on the first live evaluations after a start).
         self.metric_set(settings.metric_set)
 
     def _run_loop(self) -> None:
@@ -224,11 +209,15 @@ class Runtime:
         return _build_judge(self.settings)
 
     async def _make_slots(self) -> asyncio.Semaphore:
-        return asyncio.Semaphore(self.settings.concurrency)
+        return asyncio.Semaphore(self.settings.process_concurrency)
 
     def call(self, coro: Coroutine[Any, Any, _T], timeout_s: float = 30.0) -> _T:
-        """Run ``coro`` on the loop and wait for it (setup and teardown only)."""
+        """Run ``coro`` on the loop from another thread and wait for it (setup, tests)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    async def in_store_thread(self, work: Callable[..., _T], *args: Any) -> _T:
+        """Run a blocking store call on a store thread, from the loop."""
+        return await self.loop.run_in_executor(self.store_threads, work, *args)
 
     # -- metric sets ----------------------------------------------------------------------------
 
@@ -250,49 +239,34 @@ class Runtime:
 
     # -- evaluation ----------------------------------------------------------------------------
 
-    def submit(self, trace: Trace, name: str) -> concurrent.futures.Future[Outcome]:
-        """Start evaluating ``trace`` with metric set ``name`` on the loop."""
-        metric_set, evaluator = self.metric_set(name)
-        return asyncio.run_coroutine_threadsafe(
-            self._evaluate(evaluator, metric_set, trace), self.loop
-        )
-
-    def submit_many(self, work: Sequence[tuple[Trace, str]]) -> Submitted:
-        """Start every ``(trace, metric set name)`` of one message with ONE hand-over to the loop.
-
-        Measured: a thread-safe hand-over per snapshot (a future, a lock, a wake-up of the loop)
-        cost more than the rest of the task body for a backfill batch. Each evaluation still runs
-        on its own under the concurrency bound, in order, with its own budget.
-        """
-        resolved = [(trace, *self.metric_set(name)) for trace, name in work]
-        outcomes: list[Outcome | BaseException | None] = [None] * len(resolved)
-
-        async def one(
-            index: int, trace: Trace, metric_set: MetricSet, evaluator: Evaluator
-        ) -> None:
-            try:
-                outcomes[index] = await self._evaluate(evaluator, metric_set, trace)
-            except Exception as exc:  # noqa: BLE001 - handed to the task, which treats it as a bug
-                outcomes[index] = exc
-
-        async def run_all() -> None:
-            await asyncio.gather(*(one(i, *item) for i, item in enumerate(resolved)))
-
-        return Submitted(outcomes, asyncio.run_coroutine_threadsafe(run_all(), self.loop))
-
-    async def _evaluate(self, evaluator: Evaluator, metric_set: MetricSet, trace: Trace) -> Outcome:
+    async def evaluate(self, trace: Trace, name: str) -> Outcome:
+        """Evaluate ``trace`` with metric set ``name`` once a slot is free (on the loop)."""
+        _, evaluator = self.metric_set(name)
         async with self._slots:
             started_at = datetime.now(UTC)
             started = time.monotonic()
+            progress = Progress()
+            # Shielded: a judge that ignores cancellation must not hold the backstop too.
+            task = asyncio.ensure_future(evaluator.evaluate(trace, progress=progress))
             try:
                 async with asyncio.timeout(self.settings.budget_s + BACKSTOP_MARGIN_S):
-                    report = await evaluator.evaluate(trace)
+                    report = await asyncio.shield(task)
             except TimeoutError:
+                self._abandon(task)
                 _log.warning("evaluation backstop: %s", Reason.TIMEOUT)
                 elapsed_s = time.monotonic() - started
-                report = timeout_report(trace.id, metric_set, elapsed_s)
+                report = evaluator.interrupted_report(trace, progress, elapsed_s)
                 return Outcome(report, started_at, started, backstop=True)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
             return Outcome(report, started_at, started, backstop=False)
+
+    def _abandon(self, task: asyncio.Future[Report]) -> None:
+        """Cancel a runaway evaluation and keep a reference until it really ends."""
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
 
     # -- teardown ------------------------------------------------------------------------------
 
@@ -306,6 +280,7 @@ class Runtime:
                 _log.warning("judge close failed: %s", type(exc).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5.0)
+        self.store_threads.shutdown(wait=True, cancel_futures=True)
         if self._owns_store:
             self.store.close()
 
@@ -334,6 +309,24 @@ def current(settings: Settings | None = None) -> Runtime:
                 raise RuntimeError("worker runtime used before its settings were installed")
             _runtime = Runtime(chosen)
         return _runtime
+
+
+@contextlib.contextmanager
+def use(rt: Runtime) -> Iterator[Runtime]:
+    """Make ``rt`` this process's runtime for the block (the testing switch).
+
+    Handling code asks :func:`current` for its runtime; a test builds one with an injected store
+    and judge and runs the handler in-process under ``with runtime.use(rt):``. The previous
+    runtime (usually none) comes back afterwards; ``rt`` is not closed (its owner closes it).
+    """
+    global _runtime  # noqa: PLW0603 - one runtime per process, by design
+    with _guard:
+        previous, _runtime = _runtime, rt
+    try:
+        yield rt
+    finally:
+        with _guard:
+            _runtime = previous
 
 
 def shutdown() -> None:

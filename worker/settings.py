@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -27,9 +28,9 @@ __all__ = [
     "BACKSTOP_MARGIN_S",
     "DEMO_THRESHOLDS",
     "ENV_PREFIX",
+    "REMOVED",
     "ConfigError",
     "JudgeKind",
-    "PoolKind",
     "Settings",
     "load_settings",
 ]
@@ -56,12 +57,20 @@ class JudgeKind(StrEnum):
     CHAT = "chat"
 
 
-class PoolKind(StrEnum):
-    """Celery execution pool. ``threads`` is the design; ``prefork``/``solo`` for diagnosis."""
+REMOVED = {
+    "EVALQ_POOL": "evaluations are coroutines on each process's event loop; there is no pool",
+    "EVALQ_POOL_THREADS": "evaluations no longer take a thread each; set EVALQ_CONCURRENCY",
+    "EVALQ_EVALUATOR_PROCESSES": "the worker runs one consumer process per core; set "
+    "EVALQ_PROCESSES (--processes) to change that",
+    "EVALQ_SWITCH_INTERVAL_MS": "a fixed, measured value now (docs/concurrency.md)",
+    "EVALQ_GC_GEN0_THRESHOLD": "a fixed, measured value now (docs/concurrency.md)",
+}
+"""Variables earlier versions read, and what replaced them: set, they fail the start."""
 
-    THREADS = "threads"
-    PREFORK = "prefork"
-    SOLO = "solo"
+
+def _default_processes() -> int:
+    """One consumer process per core this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
 
 
 def _comma_list(value: Any) -> Any:
@@ -95,14 +104,10 @@ class Settings(BaseSettings):
     metric_set: str = "agent"
     outcome_criteria: Annotated[tuple[str, ...], NoDecode] = ()
     lanes: Annotated[tuple[Lane, ...], NoDecode] = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
-    concurrency: int = Field(default=32, ge=1, le=512)
+    concurrency: int = Field(default=256, ge=1, le=65_536)
+    processes: int = Field(default_factory=_default_processes, ge=1, le=256)
     batch_size: int = Field(default=4, ge=1, le=1000)
-    pool_threads: int | None = Field(default=None, ge=1, le=512)
-    switch_interval_ms: float = Field(default=0.25, gt=0, le=100)
-    gc_gen0_threshold: int = Field(default=50_000, ge=700, le=10_000_000)
     nice: int = Field(default=0, ge=0, le=19)
-    pool: PoolKind = PoolKind.THREADS
-    evaluator_processes: int = Field(default=0, ge=0, le=64)
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)
     log_level: str = "INFO"
@@ -198,7 +203,6 @@ class Settings(BaseSettings):
         if self.judge is JudgeKind.CHAT and (self.judge_url is None or self.judge_model is None):
             field = "judge_url" if self.judge_url is None else "judge_model"
             raise _FieldRuleError(field, "required for EVALQ_JUDGE=chat")
-        self._check_evaluators()
         if (
             self.visibility_timeout_s is not None
             and self.visibility_timeout_s < self.longest_task_s
@@ -208,18 +212,6 @@ class Settings(BaseSettings):
                 f"must be at least the longest task ({self.longest_task_s:g} s)",
             )
         return self
-
-    def _check_evaluators(self) -> None:
-        if not self.evaluator_processes:
-            return
-        if self.pool is not PoolKind.THREADS:
-            raise _FieldRuleError("evaluator_processes", "needs EVALQ_POOL=threads")
-        if self.metrics_port is not None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            # Without it each evaluator's counters would stay in that process, unexported.
-            raise _FieldRuleError(
-                "evaluator_processes",
-                "with EVALQ_METRICS_PORT needs PROMETHEUS_MULTIPROC_DIR (a writable directory)",
-            )
 
     # -- derived values -------------------------------------------------------------------------
 
@@ -251,25 +243,20 @@ class Settings(BaseSettings):
         return self.thresholds is None
 
     @property
-    def pool_size(self) -> int:
-        """Celery pool size: ``EVALQ_POOL_THREADS``, else ``concurrency`` threads (or processes).
-
-        One message per thread: with one snapshot per message (live) it takes ``concurrency``
-        threads to keep ``concurrency`` evaluations in flight; with batches of ``batch_size``
-        (backfill) a few times ``concurrency / batch_size`` do (``docs/concurrency.md``).
-        """
-        return self.pool_threads if self.pool_threads is not None else self.concurrency
+    def process_concurrency(self) -> int:
+        """Evaluation slots (and unacked messages) of ONE consumer process: an even share of
+        ``concurrency`` over ``processes`` (at least one each)."""
+        return max(1, math.ceil(self.concurrency / self.processes))
 
     @property
     def longest_task_s(self) -> float:
-        """Worst-case duration of one message.
+        """Worst-case time from a message's fetch to its ack.
 
-        Every pool thread may hold a batch of ``batch_size`` snapshots while at most
-        ``concurrency`` evaluations run at once, so a batch can wait for
-        ``ceil(batch_size * pool_size / concurrency)`` budgets, plus a margin.
+        A process holds at most as many messages as it has slots, each of at most
+        ``batch_size`` snapshots, so a message's last snapshot waits at most ``batch_size``
+        budgets for a slot and its own evaluation, plus a margin (store, loop).
         """
-        rounds = math.ceil(self.batch_size * self.pool_size / self.concurrency)
-        return self.budget_s * rounds + BACKSTOP_MARGIN_S
+        return self.budget_s * self.batch_size + BACKSTOP_MARGIN_S
 
     @property
     def effective_visibility_timeout_s(self) -> float:
@@ -328,8 +315,16 @@ def load_settings(**overrides: Any) -> Settings:
     ``None`` overrides are ignored, so a CLI can pass every flag through unchanged.
     """
     given = {key: value for key, value in overrides.items() if value is not None}
+    _refuse_removed(os.environ)
     try:
         return Settings(**given)
     except ValidationError as exc:
         problems = "; ".join(_describe(error) for error in exc.errors(include_input=False))
         raise ConfigError(problems) from None
+
+
+def _refuse_removed(environ: Mapping[str, str]) -> None:
+    """A variable this version no longer reads fails the start, saying what replaced it."""
+    found = [f"{name}: removed; {why}" for name, why in REMOVED.items() if name in environ]
+    if found:
+        raise ConfigError("; ".join(found))

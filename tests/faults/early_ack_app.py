@@ -1,21 +1,36 @@
-"""The negative control of the kill tests: the worker app with ``acks_late`` switched OFF.
+"""The negative control of the kill tests: the worker app acking each message as it ARRIVES.
 
-``celery -A tests.faults.early_ack_app worker ...`` runs the real tasks, store and judge, but the
-broker message is acknowledged when a task *starts*. A SIGKILL then loses every evaluation that
-was running, which is what the control must show: the kill test can tell loss from no loss.
+``celery -A tests.faults.early_ack_app worker ...`` runs the real consumer, handler, store and
+judge, but the broker message is acknowledged when the consumer takes it, before it is evaluated.
+A SIGKILL then loses every evaluation that was running, which is what the control must show: the
+kill test can tell loss from no loss.
 """
 
 from __future__ import annotations
 
-from producer.snapshot import EVALUATE_TASK, OUTCOME_TASK
-from worker import signals
-from worker.app import create_app
+from typing import Any
 
-__all__ = ["app"]
+from kombu.message import Message
+
+from worker.app import create_app
+from worker.consumer import EvalqConsumer
+
+__all__ = ["EarlyAckConsumer", "app"]
+
+
+class EarlyAckConsumer(EvalqConsumer):
+    """evalq's consumer with the ack moved to the moment a message arrives (the fault)."""
+
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
+        """Ack first, then hand the message over as usual."""
+        put = super().create_task_handler(*args, **kwargs)
+
+        def early_ack(message: Message) -> None:
+            message.ack()
+            put(message)
+
+        return early_ack
+
 
 app = create_app()
-app.conf.update(task_acks_late=False, task_reject_on_worker_lost=False)
-for _name in (EVALUATE_TASK, OUTCOME_TASK):
-    app.tasks[_name].acks_late = False
-    app.tasks[_name].reject_on_worker_lost = False
-signals.connect(app)
+app.conf.update(worker_consumer="tests.faults.early_ack_app:EarlyAckConsumer")

@@ -31,7 +31,7 @@ from tests.faults.fault_kit import (
     wait_recovered,
 )
 from tests.queue.queue_kit import example_snapshots, variants, wait_until
-from worker.consumer import DeliveredAnyway, protect_deliveries
+from worker.broker import DeliveredAnyway, protect_deliveries
 from worker.embedded import RedisServer
 from worker.judges._server import JudgeServer
 

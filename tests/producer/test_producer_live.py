@@ -10,7 +10,7 @@ from producer import Producer, Sampler, SamplingTally, Snapshot
 from producer._producer import live_transport_options
 from producer._submitter import RetryPolicy
 from tests.producer.producer_kit import make_snapshot, queue_length, queued_payloads
-from worker.app import broker_transport_options
+from worker.broker import broker_transport_options
 from worker.embedded import RedisServer
 from worker.settings import load_settings
 

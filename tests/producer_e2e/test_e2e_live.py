@@ -23,7 +23,7 @@ from tests.producer.producer_kit import (
     unexcused,
 )
 from tests.queue.queue_kit import WorkerProcess, wait_until
-from worker.app import broker_transport_options
+from worker.broker import broker_transport_options
 from worker.embedded import RedisServer
 from worker.settings import load_settings
 from worker.store import Store

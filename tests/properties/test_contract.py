@@ -20,9 +20,10 @@ from producer import OutcomeEvent, Snapshot, read_snapshots
 from producer._backfill import send_outcomes
 from tests.properties.strategies import examples, json_values, mutate_json, mutate_lines
 from tests.queue.queue_kit import REPO, example_snapshots
-from worker.tasks import DeadLetterReason, decode_outcome, decode_snapshot
+from worker.dead_letters import DeadLetterCode
+from worker.handling import decode_outcome, decode_snapshot
 
-CODES = {v for k, v in vars(DeadLetterReason).items() if k.isupper()}
+CODES = {code.value for code in DeadLetterCode}
 FAST = settings(
     max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

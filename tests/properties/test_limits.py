@@ -20,9 +20,10 @@ from producer import Snapshot
 from tests.properties.strategies import examples
 from tests.queue.queue_kit import example_snapshots
 from worker._json import canonical_json
+from worker.dead_letters import DeadLetterCode
 from worker.evaluation import Evaluator, Limits, Reason, Status, Thresholds, Trace, agent_metrics
+from worker.handling import MAX_ITEM_BYTES, RefusedError, decode_snapshot
 from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
-from worker.tasks import MAX_ITEM_BYTES, DeadLetterReason, _RefusedError, decode_snapshot
 
 LIMIT = 4_000
 START, END = "<<EVIDENCE-START>>", "<<EVIDENCE-END>>"
@@ -98,6 +99,6 @@ def test_an_item_over_the_byte_limit_is_refused_never_cut(extra: int) -> None:
     under = {**base, "source": "s" * pad}  # exactly at the limit
     assert decode_snapshot(under) == Snapshot.model_validate(under)
     over = {**base, "source": "s" * (pad + extra)}
-    with pytest.raises(_RefusedError) as refused:
+    with pytest.raises(RefusedError) as refused:
         decode_snapshot(over)
-    assert getattr(refused.value, "code", None) == DeadLetterReason.PAYLOAD_TOO_LARGE
+    assert getattr(refused.value, "code", None) == DeadLetterCode.PAYLOAD_TOO_LARGE

@@ -30,12 +30,12 @@ from tests.queue.queue_kit import (
     wait_until,
     worker_env,
 )
-from worker.app import broker_transport_options
+from worker.broker import broker_transport_options
 from worker.embedded import RedisServer
+from worker.handling import MAX_ITEM_BYTES, decode_snapshot
 from worker.metrics import DEAD_LETTER_REASONS
 from worker.settings import load_settings
 from worker.store import Store, open_store
-from worker.tasks import MAX_ITEM_BYTES, decode_snapshot
 
 pytestmark = pytest.mark.services
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from tests.properties.strategies import examples
 from tests.queue.queue_kit import example_snapshots
-from worker import tasks
+from worker import handling
 from worker._json import canonical_json, freeze
 from worker._models import assemble
 from worker.evaluation import (
@@ -87,7 +87,7 @@ def test_records_built_without_validation_equal_validated_records(
         for e, r in zip(planned.results, results, strict=True)
     )
     report = planned.model_copy(update={"results": entries})
-    built = tasks._results(report, metric_set, trace, model)
+    built = handling._results(report, metric_set, trace, model)
     assert len(built) == len(entries)
     for entry, record in zip(entries, built, strict=True):
         result = entry.result
@@ -346,7 +346,7 @@ def test_task_usage_records_equal_dumped_usage(
     usage = None if counts is None else Usage(input_tokens=counts[0], output_tokens=counts[1])
     entry = ReportUsage(model=model, usage=usage)
     dumped = None if usage is None else usage.model_dump(mode="json")
-    _same_record(tasks._usage_record(entry), RequestUsage(model=model, usage=dumped))
+    _same_record(handling._usage_record(entry), RequestUsage(model=model, usage=dumped))
 
 
 _VALID_RESULT = {

@@ -3,7 +3,8 @@
 ``celery -A tests.queue.fetch_probe_app worker --pool=solo ...``, configured by environment:
 
 - ``PROBE_BROKER_URL``: the Redis to use;
-- ``PROBE_FETCH``: ``reliable`` (``worker._reliable_fetch``) or ``stock`` (kombu's ``BRPOP``);
+- ``PROBE_FETCH``: ``reliable`` (``worker.broker._reliable_fetch``) or ``stock``
+  (kombu's ``BRPOP``);
 - ``PROBE_APPEND_DELAY_S``: a pause at the start of kombu's ``QoS.append``, i.e. between the pop
   and the consumer's bookkeeping of the message: it widens the window a kill must hit, so that a
   probe SIGKILL lands in it almost every time (default 0);
@@ -24,7 +25,7 @@ from celery import Celery
 from kombu import Queue
 from kombu.transport import redis as kombu_redis
 
-from worker import _reliable_fetch
+from worker.broker import _reliable_fetch
 
 __all__ = ["DONE", "QUEUES", "STARTED", "app", "sender"]
 

@@ -10,11 +10,14 @@ from kombu import Message
 
 from producer import LANE_QUEUES, Lane
 from tests.queue.queue_kit import example_snapshots
-from worker.app import DecodedOnceRequest, broker_transport_options, celery_config, create_app
+from worker.app import celery_config, create_app
+from worker.broker import broker_transport_options
+from worker.consumer import delivery_of
+from worker.dead_letters import DeadLetterCode
 from worker.evaluation import Limits, Thresholds
+from worker.handling import RefusedError, decode_snapshot
 from worker.metric_sets import UnknownMetricSetError, build_metric_set
 from worker.settings import ConfigError, load_settings
-from worker.tasks import DeadLetterReason, _RefusedError, decode_snapshot
 
 
 def _error(**overrides: Any) -> str:
@@ -109,7 +112,7 @@ def test_visibility_timeout_is_sized_from_the_longest_task() -> None:
     assert options["visibility_timeout"] == settings.effective_visibility_timeout_s
     assert options["visibility_timeout"] + options["unacked_restore_interval"] < 120
     assert options["unacked_restore_throttle"] == 1
-    assert options["max_connections"] >= settings.concurrency
+    assert options["max_connections"] >= 16  # acks, events and fetches share a small pool
     assert options["queue_order_strategy"] == "priority"
 
 
@@ -127,20 +130,48 @@ def test_app_configuration_is_at_least_once_json_only() -> None:
     assert conf.result_backend is None
     assert conf.worker_send_task_events is True
     assert conf.task_send_sent_event is True
-    assert conf.worker_pool == "threads"
-    assert conf.worker_consumer == "worker.consumer:DeadLetterConsumer"
+    assert conf.worker_pool == "solo"  # never given a message: the consumer evaluates
+    assert conf.worker_consumer == "worker.consumer:EvalqConsumer"
+    assert conf.worker_concurrency == settings.process_concurrency  # prefetch = slots
     assert {q.name for q in conf.task_queues} == set(LANE_QUEUES.values())
-    assert conf.task_soft_time_limit is None  # the threads pool has none; the task backstops
+    assert "evalq" in {step.label for step in app.steps["consumer"]}  # the lifecycle bootstep
     assert set(app.tasks) >= {"evalq.evaluate", "evalq.outcome"}
 
 
-def test_broker_knobs_are_redis_only_and_prefork_gets_a_backstop() -> None:
-    """amqp gets no Redis transport options; prefork gets a soft limit above the longest task."""
-    settings = load_settings(pool="prefork")
-    amqp = celery_config(settings, "amqp://guest:guest@127.0.0.1:5672//")
+def test_broker_knobs_are_redis_only() -> None:
+    """amqp gets no Redis transport options and no reliable-fetch transport."""
+    amqp = celery_config(load_settings(), "amqp://guest:guest@127.0.0.1:5672//")
     assert amqp["broker_transport_options"] == {}
-    assert amqp["task_soft_time_limit"] > settings.longest_task_s > settings.budget_s
-    assert amqp["task_time_limit"] > amqp["task_soft_time_limit"]
+    assert "broker_transport" not in amqp
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "EVALQ_POOL_THREADS",
+        "EVALQ_EVALUATOR_PROCESSES",
+        "EVALQ_POOL",
+        "EVALQ_SWITCH_INTERVAL_MS",
+        "EVALQ_GC_GEN0_THRESHOLD",
+    ],
+)
+def test_a_removed_variable_fails_the_start_saying_what_replaced_it(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Settings of the threads-pool worker are refused by name, with what to use instead."""
+    monkeypatch.setenv(name, "4")
+    message = _error()
+    assert message.startswith(f"{name}: removed;")
+
+
+def test_concurrency_is_shared_by_the_processes() -> None:
+    """Each consumer process gets an even share of the worker's concurrency."""
+    from worker.supervisor import shares  # noqa: PLC0415
+
+    assert shares(256, 2) == [128, 128]
+    assert shares(5, 2) == [3, 2]
+    assert shares(1, 4) == [1]  # never a process without a slot
+    assert load_settings(concurrency=64, processes=2).process_concurrency == 32
 
 
 def test_metric_set_version_tracks_what_changes_results() -> None:
@@ -173,17 +204,17 @@ def test_metric_set_version_tracks_what_changes_results() -> None:
 @pytest.mark.parametrize(
     ("change", "code"),
     [
-        ({"schema_version": 2}, DeadLetterReason.UNSUPPORTED_SCHEMA_VERSION),
-        ({"unexpected": True}, DeadLetterReason.SCHEMA_INVALID),
-        ({"events": "nope"}, DeadLetterReason.SCHEMA_INVALID),
-        ({"source": "x" * (4 * 1024 * 1024)}, DeadLetterReason.PAYLOAD_TOO_LARGE),
-        ({"source": "lone \ud800 surrogate"}, DeadLetterReason.SCHEMA_INVALID),  # not UTF-8
+        ({"schema_version": 2}, DeadLetterCode.UNSUPPORTED_SCHEMA_VERSION),
+        ({"unexpected": True}, DeadLetterCode.SCHEMA_INVALID),
+        ({"events": "nope"}, DeadLetterCode.SCHEMA_INVALID),
+        ({"source": "x" * (4 * 1024 * 1024)}, DeadLetterCode.PAYLOAD_TOO_LARGE),
+        ({"source": "lone \ud800 surrogate"}, DeadLetterCode.SCHEMA_INVALID),  # not UTF-8
     ],
 )
 def test_invalid_items_get_their_reason_code(change: dict[str, Any], code: str) -> None:
     """Decoding refuses bad snapshots with the dead-letter code that names the problem."""
     item = {**example_snapshots()["order-42"].wire(), **change}
-    with pytest.raises(_RefusedError) as caught:
+    with pytest.raises(RefusedError) as caught:
         decode_snapshot(item)
     assert caught.value.code == code
 
@@ -193,9 +224,9 @@ def test_a_lone_surrogate_in_a_json_key_is_schema_invalid() -> None:
     item = example_snapshots()["order-42"].wire()
     call = next(e for e in item["events"] if e["type"] == "tool_call")
     call["arguments"] = {"\ud800": None}
-    with pytest.raises(_RefusedError) as caught:
+    with pytest.raises(RefusedError) as caught:
         decode_snapshot(item)
-    assert caught.value.code == DeadLetterReason.SCHEMA_INVALID
+    assert caught.value.code == DeadLetterCode.SCHEMA_INVALID
 
 
 def test_a_valid_item_decodes_to_the_same_snapshot_id() -> None:
@@ -204,40 +235,50 @@ def test_a_valid_item_decodes_to_the_same_snapshot_id() -> None:
     assert decode_snapshot(snapshot.wire()).snapshot_id == snapshot.snapshot_id
 
 
-_UNUSED_BROKER = "redis://127.0.0.1:1/0"  # the app is only built, never connected
-
-
-def _task_message(body: Any) -> Message:
+def _task_message(body: Any, **headers: Any) -> Message:
     """A kombu message as the consumer receives it: JSON body, protocol-2 task headers."""
-    headers = {"id": "task-1", "task": "evalq.evaluate", "lang": "py"}
-    raw = json.dumps(body)
     return Message(
-        body=raw,
-        headers=headers,
+        body=json.dumps(body),
+        headers={"id": "task-1", "task": "evalq.evaluate", "lang": "py", **headers},
         content_type="application/json",
         content_encoding="utf-8",
         delivery_info={"routing_key": "evalq.backfill"},
     )
 
 
-def test_the_pool_gets_the_body_the_consumer_already_decoded() -> None:
-    """A protocol-2 body is parsed once: the request carries it decoded (no second parse)."""
-    app = create_app(load_settings(broker_url=_UNUSED_BROKER))
-    task = app.tasks["evalq.evaluate"]
-    message = _task_message([[{"x": 1}], {}, {"callbacks": None}])
-    assert message.payload == [[{"x": 1}], {}, {"callbacks": None}]  # the strategy's check
-    request = DecodedOnceRequest(message, app=app, task=task, body=message.body, decoded=False)
-    assert request.content_type is None  # Celery's marker of a pre-decoded body
-    assert request.args == [{"x": 1}]
-    assert request.body == message.payload
+def test_a_task_message_is_read_into_a_delivery() -> None:
+    """A protocol-2 body [args, kwargs, embed] gives the task's arguments and its lane."""
+    delivery = delivery_of(_task_message([[{"x": 1}], {}, {"callbacks": None}]))
+    assert delivery.refused is None
+    assert (delivery.task, delivery.args, dict(delivery.kwargs)) == (
+        "evalq.evaluate",
+        ({"x": 1},),
+        {},
+    )
+    assert delivery.lane is Lane.BACKFILL
 
 
-def test_a_body_that_is_not_a_protocol_2_payload_stays_raw() -> None:
-    """Anything but [args, kwargs, embed] is left to Celery's own decoding."""
-    app = create_app(load_settings(broker_url=_UNUSED_BROKER))
-    message = _task_message([[{"x": 1}], {}, {}, "extra"])
-    message.payload  # noqa: B018 - decoded by the strategy before the request is built
-    with pytest.raises(ValueError, match="unpack"):  # Celery unpacks the raw payload itself
-        DecodedOnceRequest(
-            message, app=app, task=app.tasks["evalq.evaluate"], body=message.body, decoded=False
-        )
+@pytest.mark.parametrize(
+    ("body", "headers", "code"),
+    [
+        ([[1], {}, {}, "extra"], {}, DeadLetterCode.INVALID_MESSAGE),
+        ([[1], {}, {}], {"task": "celery.accumulate"}, DeadLetterCode.UNKNOWN_TASK),
+        ([[1], {}, {}], {"eta": "2099-01-01T00:00:00+00:00"}, DeadLetterCode.SCHEDULED),
+        ([[1], {}, {}], {"expires": "2001-01-01T00:00:00+00:00"}, DeadLetterCode.EXPIRED),
+        ([[1], {}, {}], {"expires": "not a time"}, DeadLetterCode.INVALID_MESSAGE),
+    ],
+)
+def test_a_message_the_handler_cannot_take_is_refused_with_its_code(
+    body: Any, headers: dict[str, Any], code: DeadLetterCode
+) -> None:
+    """Bad bodies, unknown (also built-in) task names, eta and passed expires are refusals."""
+    message = _task_message(body, **headers)
+    delivery = delivery_of(message)
+    assert delivery.refused is code
+    assert delivery.raw == json.dumps(body).encode()  # the raw body, for the dead letter
+
+
+def test_a_message_without_task_headers_is_unknown() -> None:
+    """Not a Celery protocol-2 task message at all: UNKNOWN_MESSAGE."""
+    message = Message(body="{}", headers={}, content_type="application/json")
+    assert delivery_of(message).refused is DeadLetterCode.UNKNOWN_MESSAGE

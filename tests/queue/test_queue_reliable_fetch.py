@@ -1,4 +1,4 @@
-"""The reliable fetch (worker._reliable_fetch): pop + unacked registration in one Redis step.
+"""The reliable fetch (worker.broker._reliable_fetch): pop + unacked registration in one Redis step.
 
 Against real Redis servers (the embedded 6.2 and the machine's 7.x), real Celery worker processes
 (``tests.queue.fetch_probe_app``) and kombu's own restore code. Each claim has its control where
@@ -25,14 +25,14 @@ from kombu.utils.json import dumps
 from tests.conftest import service_missing
 from tests.queue import fetch_probe_app as probe
 from tests.queue.queue_kit import WorkerProcess, killed_on_exit, wait_until, worker_env
-from worker import _reliable_fetch
 from worker.app import celery_config, create_app
+from worker.broker import _reliable_fetch
 from worker.embedded import RedisServer
 from worker.settings import load_settings
 
 pytestmark = pytest.mark.services
 
-RELIABLE = "worker._reliable_fetch:Transport"
+RELIABLE = "worker.broker._reliable_fetch:Transport"
 STOCK = "redis"
 KILLS = 6
 PROBE_N = 200
@@ -145,7 +145,7 @@ def test_the_script_leaves_no_ack_messages_unregistered_and_returns_nil_when_emp
     """A message for a no-ack consumer is popped without an unacked entry; empty lists: nil."""
     _publish(redis_url, "q", {"n": 1})
     index, _payload, *tag = _fetch(client, ["q"], registered=False)
-    assert (index, tag, client.hlen("unacked"), client.zcard("unacked_index")) == (1, [], 0, 0)
+    assert (index, tag, client.hlen("unacked"), client.zcard("unacked_index")) == (1, [b""], 0, 0)
     assert _fetch(client, ["q", "other"]) is None
 
 

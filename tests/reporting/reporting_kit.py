@@ -33,7 +33,7 @@ from producer._backfill import run_backfill
 from producer._sampling import Sampler, SamplingRule
 from producer.snapshot import EVALUATE_TASK, TALLY_TASK, GoldLabel, Lane, SliceMeta
 from tests.queue.queue_kit import EXAMPLES, WorkerProcess, example_snapshots, wait_until, worker_env
-from worker.app import broker_transport_options
+from worker.broker import broker_transport_options
 from worker.settings import load_settings
 from worker.store import Store, open_store
 

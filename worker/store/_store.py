@@ -158,8 +158,13 @@ class Store:
         # the record was written, not when a writer started waiting for its turn.
         return self._run(lambda tx: write_evaluation(tx, record, snapshot, _now()))
 
-    def record_evaluations(self, items: Sequence[EvaluationItem]) -> list[Written]:
+    def record_evaluations(
+        self, items: Sequence[EvaluationItem], urgent: bool = False
+    ) -> list[Written]:
         """Record many ``(evaluation, snapshot or None)`` pairs, in input order.
+
+        ``urgent`` (a group of live records) writes in the urgent writer turn on SQLite, ahead of
+        waiting backfill batches; it changes nothing on PostgreSQL.
 
         Each pair behaves as in :meth:`record_evaluation` (a duplicate writes nothing and comes
         back ``created=False``). On PostgreSQL all pairs commit in one transaction. On SQLite they
@@ -175,7 +180,7 @@ class Store:
         written: list[Written] = []
         for start in range(0, len(items), size):
             batch = prepare_evaluations(items[start : start + size])  # rows built before the lock
-            written.extend(self._run(_bulk_write(batch), bulk=True))
+            written.extend(self._run(_bulk_write(batch), bulk=not urgent))
         return written
 
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:

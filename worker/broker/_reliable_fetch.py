@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from queue import Empty
 from time import monotonic
 from typing import Any, cast
@@ -51,53 +51,82 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
-__all__ = ["FETCH_SCRIPT", "FETCH_SHA", "Channel", "QoS", "Transport", "fetch_args"]
+__all__ = [
+    "FETCH_SCRIPT",
+    "FETCH_SHA",
+    "MAX_FETCH",
+    "Channel",
+    "QoS",
+    "Transport",
+    "fetch_args",
+]
 
 _log = logging.getLogger(__name__)
 
 FETCH_SCRIPT = """
 -- KEYS[1] unacked hash, KEYS[2] unacked_index zset, KEYS[3..] queue lists in fetch order.
--- ARGV[i] is '1' when a message of KEYS[i + 2] is acked by its consumer, so must be registered.
--- Returns {index of the list, payload[, delivery tag if registered]}, or nil if all are empty.
+-- ARGV[1] is the most messages to take; ARGV[i + 1] is '1' when a message of KEYS[i + 2] is
+-- acked by its consumer, so must be registered.
+-- Returns a flat array {index of the list, payload, delivery tag or '' if not registered, ...}
+-- of at most ARGV[1] messages, lists drained in order, or nil if all are empty.
+local limit = tonumber(ARGV[1])
+local out = {}
+local now = nil
 for i = 3, #KEYS do
-  local item = redis.call('RPOP', KEYS[i])
-  if item then
-    if ARGV[i - 2] ~= '1' then return {i - 2, item} end
-    local ok, message = pcall(cjson.decode, item)
-    local props = ok and type(message) == 'table' and message['properties']
-    if type(props) ~= 'table' or type(props['delivery_info']) ~= 'table' then
-      return {i - 2, item}
+  while #out < 3 * limit do
+    local item = redis.call('RPOP', KEYS[i])
+    if not item then break end
+    local tag = ''
+    if ARGV[i - 1] == '1' then
+      local ok, message = pcall(cjson.decode, item)
+      local props = ok and type(message) == 'table' and message['properties']
+      if type(props) == 'table' and type(props['delivery_info']) == 'table' then
+        local t, info = props['delivery_tag'], props['delivery_info']
+        local exchange, routing_key = info['exchange'], info['routing_key']
+        if type(t) == 'string' and type(exchange) == 'string'
+            and type(routing_key) == 'string' then
+          now = now or redis.call('TIME')
+          redis.call('ZADD', KEYS[2],
+            now[1] .. '.' .. string.format('%06d', tonumber(now[2])), t)
+          redis.call('HSET', KEYS[1], t, '[' .. item .. ', ' .. cjson.encode(exchange) .. ', '
+            .. cjson.encode(routing_key) .. ']')
+          tag = t
+        end
+      end
     end
-    local tag, info = props['delivery_tag'], props['delivery_info']
-    local exchange, routing_key = info['exchange'], info['routing_key']
-    if type(tag) ~= 'string' or type(exchange) ~= 'string'
-        or type(routing_key) ~= 'string' then
-      return {i - 2, item}
-    end
-    local now = redis.call('TIME')
-    redis.call('ZADD', KEYS[2], now[1] .. '.' .. string.format('%06d', tonumber(now[2])), tag)
-    redis.call('HSET', KEYS[1], tag, '[' .. item .. ', ' .. cjson.encode(exchange) .. ', '
-      .. cjson.encode(routing_key) .. ']')
-    return {i - 2, item, tag}
+    out[#out + 1] = i - 2
+    out[#out + 1] = item
+    out[#out + 1] = tag
   end
+  if #out >= 3 * limit then break end
 end
-return false
+if #out == 0 then return false end
+return out
 """
 FETCH_SHA = hashlib.sha1(FETCH_SCRIPT.encode(), usedforsecurity=False).hexdigest()
 IDLE_KEY = "_evalq.reliable_fetch.idle"
 """A list nobody writes: the idle wait when Redis refuses the peek (see ``_send_sleep``)."""
 
 
+MAX_FETCH = 256
+"""Most messages one fetch takes (bounded by the channel's free prefetch slots as well)."""
+
+
 def fetch_args(
-    unacked_key: str, unacked_index_key: str, keys: list[str], registered: list[bool]
+    unacked_key: str,
+    unacked_index_key: str,
+    keys: list[str],
+    registered: list[bool],
+    limit: int = 1,
 ) -> list[Any]:
-    """``EVALSHA`` arguments after the command name: script, key count, keys, register flags."""
+    """``EVALSHA`` arguments after the command name: script, key count, keys, limit, flags."""
     return [
         FETCH_SHA,
         len(keys) + 2,
         unacked_key,
         unacked_index_key,
         *keys,
+        str(max(1, limit)),
         *("1" if flag else "0" for flag in registered),
     ]
 
@@ -150,6 +179,8 @@ class Channel(kombu_redis.Channel):
     _flush_brpop_reauth: Callable[[], None]
     _peeking = False
     _peek_refused = False
+    on_poison: Callable[[str, bytes, str | None], None] | None = None
+    """Set by the consumer: ``(queue, raw bytes, registered tag)`` of an unreadable message."""
     _peek_timeout_s: float = 1.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -162,19 +193,63 @@ class Channel(kombu_redis.Channel):
         (self._no_ack_queues.add if no_ack else self._no_ack_queues.discard)(queue)
         return super().basic_consume(queue, *args, **kwargs)
 
-    def _fetch_args(self, keys: list[str], registered: list[bool]) -> list[Any]:
+    def _fetch_args(self, keys: list[str], registered: list[bool], limit: int = 1) -> list[Any]:
         prefix = self.global_keyprefix
         return fetch_args(
             prefix + self.unacked_key,
             prefix + self.unacked_index_key,
             [prefix + key for key in keys],
             registered,
+            limit,
         )
 
-    def _take(self, reply: list[Any], keys: list[str]) -> tuple[str, Any]:
-        """The fetched key and payload; marks a registered delivery for :meth:`QoS.append`."""
-        cast(QoS, self.qos).fetched_tag = bytes_to_str(reply[2]) if len(reply) > 2 else None
-        return keys[int(reply[0]) - 1], loads(bytes_to_str(reply[1]))
+    def _free_slots(self) -> int:
+        """How many messages this fetch may take: the free prefetch slots, at most MAX_FETCH.
+
+        Only with the ``priority`` queue order (evalq's): a multi-message fetch drains the lists
+        in order, which is that order's meaning; ``round_robin`` keeps one message per fetch so
+        its rotation between queues stays kombu's.
+        """
+        if getattr(self, "queue_order_strategy", "round_robin") != "priority":
+            return 1
+        estimate = self.qos.can_consume_max_estimate()
+        return MAX_FETCH if estimate is None else max(1, min(MAX_FETCH, int(estimate)))
+
+    def _fetched(
+        self, reply: list[Any], keys: list[str]
+    ) -> Iterator[tuple[str, bytes, str | None]]:
+        """``(queue key, raw payload, registered tag or None)`` for each message of a reply."""
+        for at in range(0, len(reply) - 2, 3):
+            tag = bytes_to_str(reply[at + 2]) or None
+            yield keys[int(reply[at]) - 1], reply[at + 1], tag
+
+    def _hand_over(self, queue: str, raw: bytes, tag: str | None) -> None:
+        """Deliver one fetched message; one kombu cannot read goes to :attr:`on_poison`.
+
+        A payload that is not a kombu envelope (not JSON, not an object, a bad body encoding)
+        would raise out of the event loop and stop the worker; handed over instead, the
+        consumer dead-letters its raw bytes and then forgets its ``unacked`` entry.
+        """
+        try:
+            payload = loads(bytes_to_str(raw))
+            if not isinstance(payload, dict) or not isinstance(payload.get("properties"), dict):
+                raise TypeError("not a kombu envelope")  # noqa: TRY301 - one path for both
+            cast(QoS, self.qos).fetched_tag = tag
+            self.connection._deliver(payload, queue)
+        except Exception as exc:  # noqa: BLE001 - a poison message must not stop the consumer
+            cast(QoS, self.qos).fetched_tag = None
+            self._poisoned(queue, raw, tag, exc)
+
+    def _poisoned(self, queue: str, raw: bytes, tag: str | None, exc: Exception) -> None:
+        hook = self.on_poison
+        if hook is None:
+            _log.error("unreadable message on %s dropped (%s)", queue, type(exc).__name__)
+            return
+        hook(queue, raw if isinstance(raw, bytes) else str(raw).encode(), tag)
+
+    def forget(self, tag: str) -> None:
+        """Remove a registered delivery from ``unacked`` (a dead-lettered poison message)."""
+        cast(Any, self.qos)._remove_from_indices(tag).execute()
 
     # --- the event loop's fetch (kombu's BRPOP hooks) -----------------------------------------
 
@@ -196,7 +271,8 @@ class Channel(kombu_redis.Channel):
 
     def _send_fetch(self) -> None:
         self._peeking = False
-        self._send("EVALSHA", *self._fetch_args(self._fetch_keys, self._fetch_registered))
+        limit = self._free_slots()
+        self._send("EVALSHA", *self._fetch_args(self._fetch_keys, self._fetch_registered, limit))
 
     def _send_peek(self) -> None:
         self._peeking = True
@@ -256,10 +332,10 @@ class Channel(kombu_redis.Channel):
         return True
 
     def _deliver_fetched(self, reply: list[Any]) -> bool:
-        key, payload = self._take(reply, self._fetch_keys)
-        queue = key.rsplit(self.sep, 1)[0]
-        self._queue_cycle.rotate(queue)
-        self.connection._deliver(payload, queue)
+        for key, raw, tag in list(self._fetched(reply, self._fetch_keys)):
+            queue = key.rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(queue)
+            self._hand_over(queue, raw, tag)
         return True
 
     # --- the synchronous fetch ------------------------------------------------------------------
@@ -271,7 +347,9 @@ class Channel(kombu_redis.Channel):
             self._maybe_update_queues_expire(client, queue)
         if not reply:
             raise Empty()
-        return self._take(reply, keys)[1]
+        _, raw, tag = next(self._fetched(reply, keys))
+        cast(QoS, self.qos).fetched_tag = tag
+        return loads(bytes_to_str(raw))
 
     def _get(self, queue: str, timeout: float | None = None) -> Any:  # noqa: ARG002 - kombu's
         return self._fetch_one(queue, register=True)

@@ -1,0 +1,335 @@
+"""The message path in-process (``runtime.use``): micro-batches, group commit, backstop, faults.
+
+No worker process and no broker: deliveries are built as the consumer builds them, handled on
+a real runtime (its own loop thread) with a real SQLite store, and the verdicts checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stamina
+
+from producer import Lane, Snapshot
+from producer.snapshot import EVALUATE_TASK, OUTCOME_TASK
+from tests.queue.queue_kit import example_snapshots, variants
+from worker import runtime
+from worker.committer import Committer
+from worker.dead_letters import DeadLetterCode, raw_bytes
+from worker.handling import Delivery, Handler, Verdict
+from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
+from worker.runtime import Runtime
+from worker.settings import load_settings
+from worker.store import Store, TransientStoreError, Written, open_store
+from worker.store._batch import EvaluationItem
+
+
+class CountingJudge:
+    """The synthetic judge with a real (asyncio) delay, counting requests in flight."""
+
+    def __init__(self, delay_s: float) -> None:
+        self._inner = SyntheticJudge(delay_s=delay_s)
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.calls = 0
+
+    async def __call__(self, request: JudgeRequest) -> JudgeResponse:
+        self.in_flight += 1
+        self.calls += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await self._inner(request)
+        finally:
+            self.in_flight -= 1
+
+
+class DeafJudge:
+    """A judge that ignores cancellation and never answers (only the backstop ends it)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, request: JudgeRequest) -> JudgeResponse:
+        self.calls += 1
+        never: asyncio.Future[JudgeResponse] = asyncio.get_running_loop().create_future()
+        while True:
+            try:
+                return await asyncio.shield(never)
+            except asyncio.CancelledError:
+                continue
+
+
+class CountingStore:
+    """A real store whose record_evaluations calls are counted (group-commit sizes)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.groups: list[int] = []
+
+    def record_evaluations(
+        self, items: Sequence[EvaluationItem], urgent: bool = False
+    ) -> list[Written]:
+        self.groups.append(len(items))
+        return self._store.record_evaluations(items, urgent)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.fixture
+def store(workdir: Path) -> Iterator[Store]:
+    """A SQLite store of this test."""
+    with open_store(f"sqlite:///{workdir / 'evalq.db'}") as opened:
+        yield opened
+
+
+@pytest.fixture(autouse=True)
+def _fast_retries() -> Iterator[None]:
+    """stamina's testing mode: retries without waiting (bounded attempts)."""
+    stamina.set_testing(True, attempts=3)
+    yield
+    stamina.set_testing(False)
+
+
+def _evaluate(item: Any, lane: Lane = Lane.LIVE) -> Delivery:
+    return Delivery(EVALUATE_TASK, (item,), {}, lane, raw_bytes(item))
+
+
+def _handle(rt: Runtime, deliveries: list[Delivery], timeout_s: float = 30.0) -> list[Verdict]:
+    with runtime.use(rt):
+        return rt.call(Handler(rt).handle(deliveries), timeout_s=timeout_s)
+
+
+def _snapshots(count: int, prefix: str) -> list[Snapshot]:
+    return variants(example_snapshots()["order-42"], count, prefix)
+
+
+def test_a_micro_batch_is_evaluated_concurrently_up_to_the_bound(store: Store) -> None:
+    """Eight live messages, concurrency 4: four judge requests at a time, all acked and recorded."""
+    judge = CountingJudge(delay_s=0.3)
+    rt = Runtime(load_settings(concurrency=4, processes=1), store=store, judge=judge)
+    try:
+        started = time.monotonic()
+        verdicts = _handle(rt, [_evaluate(s.wire()) for s in _snapshots(8, "live")])
+        elapsed_s = time.monotonic() - started
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK] * 8
+    assert judge.most_in_flight == 4
+    assert 0.6 <= elapsed_s < 3.0  # two waves of 0.3 s, not eight
+    assert store.count_evaluations() == 8
+
+
+def test_thousands_in_flight_need_no_threads(store: Store) -> None:
+    """4096 evaluations in flight in one process: all at once on the loop, one thread for them."""
+    judge = CountingJudge(delay_s=1.0)
+    rt = Runtime(load_settings(concurrency=4096, processes=1), store=store, judge=judge)
+    try:
+        items = [s.wire() for s in _snapshots(4096, "wide")]
+        verdicts = _handle(rt, [_evaluate(item, Lane.BACKFILL) for item in items], timeout_s=120)
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK] * 4096
+    assert judge.most_in_flight == 4096
+    assert store.count_evaluations() == 4096
+
+
+def test_records_that_finish_together_share_a_transaction(store: Store) -> None:
+    """Group commit: 40 backfill evaluations ending together are written in a few transactions."""
+    counting = CountingStore(store)
+    rt = Runtime(load_settings(concurrency=64, processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
+    try:
+        verdicts = _handle(rt, [_evaluate(s.wire(), Lane.BACKFILL) for s in _snapshots(40, "g")])
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK] * 40
+    assert sum(counting.groups) == 40
+    assert len(counting.groups) < 40  # grouped, not one transaction per record
+    assert max(counting.groups) > 1
+
+
+def test_live_records_go_before_waiting_backfill_records(store: Store) -> None:
+    """The committer's next group is the live records, alone, even when backfill ones wait first."""
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    committer = Committer(rt, group_rows=8)
+    try:
+        with runtime.use(rt):
+            taken = rt.call(_take_order(committer))
+    finally:
+        rt.close()
+    assert taken[0] == [True, True]  # the two live records, alone
+    assert all(not urgent for group in taken[1:] for urgent in group)
+
+
+async def _take_order(committer: Committer) -> list[list[bool]]:
+    """Queue 10 backfill then 2 live pending writes and take the groups in order."""
+    from worker.committer import _Pending  # noqa: PLC0415 - the committer's own queue
+
+    loop = asyncio.get_running_loop()
+    committer._pending = [
+        _Pending(None, None, urgent, loop.create_future())  # type: ignore[arg-type]
+        for urgent in [False] * 10 + [True] * 2
+    ]
+    groups = []
+    while committer._pending:
+        groups.append([p.urgent for p in committer._take()])
+    return groups
+
+
+def test_a_bad_item_does_not_take_its_batch_down(store: Store) -> None:
+    """A batch of 3 with one invalid snapshot: two recorded, one SCHEMA_INVALID with its bytes."""
+    good = [s.wire() for s in _snapshots(2, "ok")]
+    bad = dict(good[0], unit="no-such-unit")
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    try:
+        (verdict,) = _handle(rt, [_evaluate([good[0], bad, good[1]], Lane.BACKFILL)])
+    finally:
+        rt.close()
+    assert verdict is Verdict.ACK
+    assert store.count_evaluations() == 2
+    (dead,) = store.open_dead_letters()
+    assert dead.reason == "SCHEMA_INVALID"
+    assert b"no-such-unit" in dead.payload
+
+
+def test_deep_nesting_is_one_dead_letter_not_a_crash(store: Store) -> None:
+    """An item nested 400 deep: SCHEMA_INVALID for it alone, its sibling recorded."""
+    deep: Any = "x"
+    for _ in range(400):
+        deep = [deep]
+    good = _snapshots(1, "deep")[0].wire()
+    bad = dict(good, metadata={"deep": deep})
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    try:
+        (verdict,) = _handle(rt, [_evaluate([bad, good], Lane.BACKFILL)])
+    finally:
+        rt.close()
+    assert verdict is Verdict.ACK
+    assert store.count_evaluations() == 1
+    assert [d.reason for d in store.open_dead_letters()] == ["SCHEMA_INVALID"]
+
+
+def test_unknown_tasks_and_refusals_become_dead_letters(store: Store) -> None:
+    """Celery's built-in task names are refused like any unknown one; refusals keep raw bytes."""
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    accumulate = Delivery("celery.accumulate", (1, 2), {}, Lane.LIVE, b"[[1,2],{},{}]")
+    try:
+        verdicts = _handle(
+            rt,
+            [accumulate, Delivery.refusal(DeadLetterCode.UNDECODABLE, b"not json", lane=Lane.LIVE)],
+        )
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK, Verdict.ACK]
+    reasons = sorted((d.reason, d.payload) for d in store.open_dead_letters())
+    assert reasons == [("UNDECODABLE", b"not json"), ("UNKNOWN_TASK", b"[[1,2],{},{}]")]
+
+
+def test_an_already_evaluated_snapshot_writes_nothing(store: Store) -> None:
+    """Skip-if-done: the second delivery of a snapshot is acked without a judge request."""
+    judge = CountingJudge(delay_s=0.0)
+    rt = Runtime(load_settings(processes=1), store=store, judge=judge)
+    item = _snapshots(1, "dup")[0].wire()
+    try:
+        first = _handle(rt, [_evaluate(item)])
+        calls = judge.calls
+        second = _handle(rt, [_evaluate(item), _evaluate(item)])
+    finally:
+        rt.close()
+    assert first == [Verdict.ACK]
+    assert second == [Verdict.ACK, Verdict.ACK]
+    assert judge.calls == calls  # nothing was judged again
+    assert store.count_evaluations() == 1
+
+
+def test_the_backstop_keeps_requests_sent_and_records_timeouts(store: Store) -> None:
+    """A judge that ignores cancellation: recorded at budget + margin, requests=1, usage unknown."""
+    judge = DeafJudge()
+    settings = load_settings(budget_s=0.2, processes=1)
+    rt = Runtime(settings, store=store, judge=judge)
+    snapshot = _snapshots(1, "deaf")[0]
+    try:
+        started = time.monotonic()
+        (verdict,) = _handle(rt, [_evaluate(snapshot.wire())])
+        waited_s = time.monotonic() - started
+    finally:
+        rt.close()
+    assert verdict is Verdict.ACK
+    assert waited_s < settings.budget_s + 2.0 + 1.0  # the backstop margin, not forever
+    (row,) = list(store.iter_evaluation_rows())[:1]
+    stored = store.find_evaluation(snapshot.snapshot_id, row.metric_set_version)
+    assert stored is not None
+    assert stored.record.requests == judge.calls == 1
+    assert [(u.model, u.usage) for u in stored.record.usage] == [(None, None)]
+    assert {r.reason for r in stored.record.results} == {"TIMEOUT"}
+
+
+class FlakyStore(CountingStore):
+    """A real store whose first ``failures`` group writes raise a transient error."""
+
+    def __init__(self, store: Store, failures: int) -> None:
+        super().__init__(store)
+        self.failures = failures
+
+    def record_evaluations(
+        self, items: Sequence[EvaluationItem], urgent: bool = False
+    ) -> list[Written]:
+        if self.failures:
+            self.failures -= 1
+            raise TransientStoreError("STORE_UNAVAILABLE")
+        return super().record_evaluations(items, urgent)
+
+
+def test_a_transient_store_failure_is_held_and_retried_never_acked_unwritten(store: Store) -> None:
+    """Two failed commits, then success: the message is acked only once its record is written."""
+    flaky = FlakyStore(store, failures=2)
+    rt = Runtime(load_settings(processes=1), store=flaky, judge=SyntheticJudge())  # type: ignore[arg-type]
+    try:
+        (verdict,) = _handle(rt, [_evaluate(_snapshots(1, "flaky")[0].wire())])
+    finally:
+        rt.close()
+    assert verdict is Verdict.ACK
+    assert flaky.failures == 0
+    assert store.count_evaluations() == 1
+
+
+def test_a_store_that_stays_down_requeues(store: Store) -> None:
+    """The store failing past the retries: REQUEUE, nothing acked, nothing recorded."""
+    flaky = FlakyStore(store, failures=100)
+    rt = Runtime(load_settings(processes=1), store=flaky, judge=SyntheticJudge())  # type: ignore[arg-type]
+    try:
+        (verdict,) = _handle(rt, [_evaluate(_snapshots(1, "down")[0].wire())])
+    finally:
+        rt.close()
+    assert verdict is Verdict.REQUEUE
+    assert store.count_evaluations() == 0
+
+
+def test_outcomes_are_recorded_through_the_same_path(store: Store) -> None:
+    """An outcome message: recorded and acked; a malformed one: a SCHEMA_INVALID dead letter."""
+    event = {
+        "schema_version": 1,
+        "event_id": "e-1",
+        "trace_id": "order-42",
+        "name": "refund",
+        "value": True,
+        "observed_at": "2026-11-01T00:00:00Z",
+    }
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    try:
+        verdicts = _handle(
+            rt,
+            [
+                Delivery(OUTCOME_TASK, (event,), {}, Lane.OUTCOMES, raw_bytes(event)),
+                Delivery(OUTCOME_TASK, ({"nope": 1},), {}, Lane.OUTCOMES, b"{}"),
+            ],
+        )
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK, Verdict.ACK]
+    assert [d.reason for d in store.open_dead_letters()] == ["SCHEMA_INVALID"]

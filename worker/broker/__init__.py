@@ -1,0 +1,48 @@
+"""Everything broker-specific, in one place: Redis's reliable fetch, kombu patches, transport
+options, acks, and which lane a queue serves.
+
+- :mod:`._reliable_fetch`: on ``redis://`` a fetch pops up to the free prefetch slots' worth of
+  messages and registers each in kombu's ``unacked`` hash in one atomic Lua step (nothing is
+  lost in transit), live lane first.
+- :mod:`._qos`: kombu patches for broker trouble (``BRPOP`` transports, lost connections).
+- :mod:`._acks`: acks in groups (one Redis round trip for everything settled at once).
+- :mod:`._options`: broker URLs and transport options.
+
+Nothing outside this package knows kombu's Redis key layout or transport internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ._acks import ack_all, forget, requeue
+from ._options import broker_transport_options, is_redis, lane_of_queue, transport_setting
+from ._qos import DeliveredAnyway, protect_deliveries, retire
+from ._reliable_fetch import Channel as ReliableChannel
+
+__all__ = [
+    "DeliveredAnyway",
+    "ReliableChannel",
+    "ack_all",
+    "broker_transport_options",
+    "forget",
+    "is_redis",
+    "lane_of_queue",
+    "protect",
+    "protect_deliveries",
+    "requeue",
+    "retire",
+    "transport_setting",
+]
+
+
+def protect(connection: Any, on_poison: Callable[[str, bytes, str | None], None] | None) -> None:
+    """Install the delivery protections on ``connection``'s consuming channel.
+
+    ``on_poison`` receives the list items the reliable fetch could not hand to kombu.
+    """
+    protect_deliveries(connection)
+    channel = connection.default_channel
+    if isinstance(channel, ReliableChannel):
+        channel.on_poison = on_poison

@@ -1,0 +1,161 @@
+"""Group commit: evaluation records that finish close together share one store transaction.
+
+The committer runs on the runtime's loop and writes on a store thread, one transaction at a time.
+While a transaction runs, records that finish meanwhile wait; the next transaction takes them
+all (at most :data:`GROUP_ROWS`), live records first and in a group of their own, so a live
+record waits behind at most one bounded transaction and is written in SQLite's urgent writer
+turn. When the committer is idle a record is written at once (a group of one): an idle worker
+adds no batching delay to the live lane.
+
+Every write's future resolves only after its transaction committed; the handler acks a message
+only when the futures of all its records are resolved.
+
+Store trouble:
+
+- transient (connection lost, disk full, locked: :class:`~worker.store.TransientStoreError`) →
+  the committer holds the group and retries with back-off (stamina, for at most
+  :data:`HOLD_MAX_S`). Meanwhile nothing else is written, the messages stay unacked, the
+  prefetch slots fill and the worker stops fetching: no hot requeue loop. Past the bound the
+  writes fail and their messages are requeued, never acked.
+- permanent for the group (:class:`~worker.store.PermanentStoreError`) → the group's records are
+  written one by one, so only the offending record fails (its message is then requeued and its
+  error logged by code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import stamina
+
+from worker.runtime import Runtime
+from worker.store import (
+    EvaluationRecord,
+    PermanentStoreError,
+    SnapshotText,
+    TransientStoreError,
+    Written,
+)
+
+__all__ = ["GROUP_ROWS", "HOLD_MAX_S", "Committer"]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+GROUP_ROWS = 64
+"""Most evaluations one transaction holds (bounds how long a live record can wait behind one)."""
+HOLD_MAX_S = 60.0
+"""How long the committer backs off and retries a transient store failure before giving up."""
+
+
+@dataclass
+class _Pending:
+    record: EvaluationRecord
+    content: SnapshotText | None
+    urgent: bool
+    written: asyncio.Future[Written]
+
+
+class Committer:
+    """The group-commit writer of one worker process (see the module docstring)."""
+
+    def __init__(self, rt: Runtime, *, group_rows: int = GROUP_ROWS) -> None:
+        self.rt = rt
+        self.group_rows = group_rows
+        self._pending: list[_Pending] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._serial = asyncio.Lock()  # one store transaction of this committer at a time
+
+    async def write(
+        self, record: EvaluationRecord, content: SnapshotText | None, *, urgent: bool
+    ) -> Written:
+        """Record one evaluation in the next group; returns once its transaction committed."""
+        written: asyncio.Future[Written] = self.rt.loop.create_future()
+        self._pending.append(_Pending(record, content, urgent, written))
+        if self._writer is None or self._writer.done():
+            self._writer = self.rt.loop.create_task(self._drain())
+        return await written
+
+    async def call(self, work: Callable[..., _T], *args: Any) -> _T:
+        """Run one other store call (a dead letter, an outcome) with the same back-off."""
+        return await self._held(lambda: self.rt.in_store_thread(work, *args))
+
+    async def idle(self) -> None:
+        """Wait until every record handed over so far is written (shutdown, tests)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    # -- the writer -----------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        while self._pending:
+            group = self._take()
+            try:
+                await self._commit(group)
+            except Exception as exc:  # noqa: BLE001 - every future gets an answer, whatever broke
+                for pending in group:
+                    _fail(pending.written, exc)
+
+    def _take(self) -> list[_Pending]:
+        """The next group: urgent records first and alone, at most ``group_rows``."""
+        urgent = [p for p in self._pending if p.urgent]
+        chosen = (urgent or self._pending)[: self.group_rows]
+        taken = {id(p) for p in chosen}
+        self._pending = [p for p in self._pending if id(p) not in taken]
+        return chosen
+
+    async def _commit(self, group: list[_Pending]) -> None:
+        items = [(p.record, p.content) for p in group]
+        urgent = group[0].urgent
+        store = self.rt.store
+        try:
+            written = await self._held(
+                lambda: self.rt.in_store_thread(store.record_evaluations, items, urgent)
+            )
+        except PermanentStoreError:
+            await self._one_by_one(group)
+            return
+        for pending, result in zip(group, written, strict=True):
+            if not pending.written.done():
+                pending.written.set_result(result)
+
+    async def _one_by_one(self, group: list[_Pending]) -> None:
+        store = self.rt.store
+        for pending in group:
+            try:
+                result = await self._held(
+                    lambda p=pending: self.rt.in_store_thread(  # type: ignore[misc]
+                        store.record_evaluation, p.record, p.content
+                    )
+                )
+            except Exception as exc:  # noqa: BLE001 - this record's message is requeued
+                _fail(pending.written, exc)
+            else:
+                if not pending.written.done():
+                    pending.written.set_result(result)
+
+    async def _held(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """``attempt`` under the committer's lock, retried with back-off on transient errors."""
+        async with self._serial:
+            async for retry in stamina.retry_context(
+                on=TransientStoreError,
+                attempts=None,
+                timeout=HOLD_MAX_S,
+                wait_initial=0.5,
+                wait_max=10.0,
+            ):
+                with retry:
+                    try:
+                        return await attempt()
+                    except TransientStoreError as exc:
+                        _log.warning("store unavailable (%s); holding the writes", exc.code)
+                        raise
+        raise AssertionError("unreachable: stamina either returns or raises")
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

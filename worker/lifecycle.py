@@ -1,0 +1,115 @@
+"""Process setup and teardown of a worker: one Celery consumer bootstep, added by ``create_app``.
+
+:class:`Lifecycle` is created with the consumer (before it connects) and:
+
+- builds this process's runtime (loop, judge, store; a broken store or judge configuration
+  shows at start, not on the first message), tunes the cycle collector, installs log redaction;
+- builds the handler and the :class:`~worker.consumer.Intake` the consumer hands messages to;
+- serves ``/metrics`` when ``EVALQ_METRICS_PORT`` is set and this process is the whole worker (a
+  multi-process worker's supervisor serves its children's metrics instead);
+- in a child of a multi-process worker, watches its parent: if the supervisor dies, the child
+  shuts down warm (its held messages are finished or stay unacked for redelivery);
+- on warm shutdown (``close``, before anything else stops), waits up to the longest message's
+  duration for the messages in flight to be recorded and acked; on ``shutdown`` closes the
+  runtime.
+
+Nothing here is a process-global signal handler: building an app has no side effects.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from celery import bootsteps
+
+from worker import metrics, runtime
+from worker.consumer import Intake
+from worker.handling import Handler
+from worker.log_redaction import install_redaction
+from worker.settings import Settings
+
+__all__ = ["PARENT_ENV", "Lifecycle"]
+
+_log = logging.getLogger(__name__)
+PARENT_ENV = "EVALQ_SUPERVISOR_PID"
+"""Set by the supervisor in each child's environment: the pid the child watches."""
+_PARENT_CHECK_S = 0.5
+
+
+class Lifecycle(bootsteps.StartStopStep):
+    """The evalq consumer bootstep (see the module docstring)."""
+
+    label = "evalq"
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c: Any, **kwargs: Any) -> None:
+        super().__init__(c, **kwargs)
+        self.exporter: metrics.Exporter | None = None
+
+    def create(self, c: Any) -> None:
+        """Build the runtime, handler and intake of this process (before the consumer connects)."""
+        settings: Settings = c.app.settings
+        install_redaction()
+        runtime.install(settings)
+        rt = runtime.current(settings)
+        runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
+        c.evalq_intake = Intake(Handler(rt), c)
+        self._serve_metrics(settings)
+        _watch_parent()
+
+    def _serve_metrics(self, settings: Settings) -> None:
+        port = settings.metrics_port
+        if port is None or os.environ.get(PARENT_ENV):
+            return
+        self.exporter = metrics.start_exporter(port, addr=settings.metrics_addr)
+        _log.info("metrics exporter on %s:%d", settings.metrics_addr, self.exporter.port)
+
+    def close(self, c: Any) -> None:
+        """Warm shutdown: let the messages in flight finish and be acked (bounded)."""
+        intake: Intake | None = getattr(c, "evalq_intake", None)
+        c.evalq_stopping = True  # acks now go straight to the broker: the hub no longer runs
+        if intake is None:
+            return
+        intake.flush_pending()
+        if not intake.in_flight:
+            return
+        rt = intake.handler.rt
+        timeout_s = rt.settings.longest_task_s
+        _log.info("waiting up to %.0f s for %d message(s) in flight", timeout_s, intake.in_flight)
+        try:
+            finished = rt.call(intake.settled(timeout_s), timeout_s=timeout_s + 5.0)
+        except Exception as exc:  # noqa: BLE001 - shutdown goes on; unacked messages come back
+            _log.warning("drain failed (%s)", type(exc).__name__)
+            return
+        intake.flush_pending()
+        if not finished:
+            _log.warning("%d message(s) left unacked; the broker redelivers them", intake.in_flight)
+
+    def shutdown(self, c: Any) -> None:
+        """Close the runtime (judge client, store, loop) and the metrics exporter."""
+        del c
+        exporter, self.exporter = self.exporter, None
+        if exporter is not None:
+            exporter.stop()
+        runtime.shutdown()
+
+
+def _watch_parent() -> None:
+    """In a supervised child: shut down warm when the supervisor is gone."""
+    expected = os.environ.get(PARENT_ENV)
+    if not expected or not expected.isdigit():
+        return
+
+    def watch() -> None:
+        stop = threading.Event()
+        while not stop.wait(_PARENT_CHECK_S):
+            if os.getppid() != int(expected):
+                _log.warning("supervisor %s gone; shutting down", expected)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    threading.Thread(target=watch, name="evalq-parent-watch", daemon=True).start()

@@ -1,0 +1,174 @@
+"""A multi-process worker: one independent consumer process per core, supervised.
+
+A worker process holds one GIL; evaluation is CPU work between judge calls, so one process uses
+at most one core. ``evalq worker`` therefore starts ``processes`` children (default: one per
+core), each a complete single-process worker (``python -m worker``: its own event loop, broker
+connection, prefetch and acks, store connection, Celery node name ``evalq-<pid>.<i>@host``) with
+an even share of ``concurrency``. The supervisor:
+
+- restarts a child that dies (killed, crashed) — its unacked messages come back from the broker
+  and the store's idempotency records each exactly once; more than :data:`MAX_RESTARTS` restarts
+  within :data:`RESTART_WINDOW_S` stop the worker (exit 1) instead of looping;
+- stops everything when a child exits with status 2 (invalid configuration): exit 2;
+- forwards SIGTERM/SIGINT/SIGQUIT to every child (warm shutdown: held messages finish) and exits
+  when they have, killing any still running after ``longest_task_s`` plus a grace period;
+- is watched by its children: a SIGKILLed supervisor's children shut down warm on their own;
+- serves ``/metrics`` for all children when ``EVALQ_METRICS_PORT`` is set (prometheus_client's
+  multiprocess mode in a private directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from types import FrameType
+
+from worker import metrics
+from worker.lifecycle import PARENT_ENV
+from worker.settings import Settings
+
+__all__ = ["MAX_RESTARTS", "RESTART_WINDOW_S", "Supervisor", "shares"]
+
+_log = logging.getLogger(__name__)
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+_POLL_S = 0.2
+_GRACE_S = 30.0
+_CONFIG_EXIT = 2
+
+
+def shares(concurrency: int, processes: int) -> list[int]:
+    """``concurrency`` split as evenly as possible over ``processes`` (each at least one)."""
+    count = max(1, min(processes, concurrency))
+    base, extra = divmod(concurrency, count)
+    return [base + (1 if index < extra else 0) for index in range(count)]
+
+
+@dataclass
+class _Child:
+    index: int
+    share: int
+    process: subprocess.Popen[bytes]
+
+
+@dataclass
+class Supervisor:
+    """Start, watch and stop the consumer processes of one ``evalq worker``."""
+
+    settings: Settings
+    hostname: str | None = None
+    children: dict[int, _Child] = field(default_factory=dict)
+    _stopping: bool = False
+    _restarts: deque[float] = field(default_factory=deque)
+    _metrics_dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def run(self) -> int:
+        """Serve until stopped; the worker's exit status."""
+        self._install_signals()
+        exporter = self._serve_metrics()
+        try:
+            for index, share in enumerate(
+                shares(self.settings.concurrency, self.settings.processes)
+            ):
+                self._start(index, share)
+            return self._watch()
+        finally:
+            self._stop_all()
+            if exporter is not None:
+                exporter.stop()
+            if self._metrics_dir is not None:
+                self._metrics_dir.cleanup()
+
+    # -- children -------------------------------------------------------------------------------
+
+    def _env(self, share: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            EVALQ_PROCESSES="1", EVALQ_CONCURRENCY=str(share), **{PARENT_ENV: str(os.getpid())}
+        )
+        return env
+
+    def _node(self, index: int) -> str:
+        base = self.hostname or f"evalq-{os.getpid()}@%h"
+        name, _, host = base.partition("@")
+        return f"{name}.{index}@{host or '%h'}"
+
+    def _start(self, index: int, share: int) -> None:
+        argv = [sys.executable, "-m", "worker", "--hostname", self._node(index)]
+        process = subprocess.Popen(argv, env=self._env(share))  # noqa: S603 - our own module
+        self.children[index] = _Child(index, share, process)
+        _log.info("consumer process %d started (pid %d, %d slots)", index, process.pid, share)
+
+    def _watch(self) -> int:
+        while not self._stopping:
+            time.sleep(_POLL_S)
+            for child in list(self.children.values()):
+                code = child.process.poll()
+                if code is None or self._stopping:
+                    continue
+                metrics.mark_process_dead(child.process.pid)
+                verdict = self._on_exit(child, code)
+                if verdict is not None:
+                    return verdict
+        return 0
+
+    def _on_exit(self, child: _Child, code: int) -> int | None:
+        """Restart an unexpected exit; the worker's status if it must stop instead."""
+        if code == _CONFIG_EXIT:
+            _log.error("consumer process %d: invalid configuration; stopping", child.index)
+            return _CONFIG_EXIT
+        now = time.monotonic()
+        self._restarts.append(now)
+        while self._restarts and now - self._restarts[0] > RESTART_WINDOW_S:
+            self._restarts.popleft()
+        if len(self._restarts) > MAX_RESTARTS:
+            _log.error(
+                "consumer processes keep dying (%d in %.0f s); stopping",
+                len(self._restarts),
+                RESTART_WINDOW_S,
+            )
+            return 1
+        _log.warning("consumer process %d exited (%d); restarting", child.index, code)
+        self._start(child.index, child.share)
+        return None
+
+    def _stop_all(self) -> None:
+        self._stopping = True
+        for child in self.children.values():
+            with contextlib.suppress(ProcessLookupError):
+                child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.longest_task_s + _GRACE_S
+        for child in self.children.values():
+            try:
+                child.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait()
+
+    # -- signals and metrics --------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        _log.info("signal %d: stopping the consumer processes", signum)
+        self._stopping = True
+
+    def _serve_metrics(self) -> metrics.Exporter | None:
+        port = self.settings.metrics_port
+        if port is None:
+            return None
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            self._metrics_dir = tempfile.TemporaryDirectory(prefix="evalq-metrics-")
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = self._metrics_dir.name
+        return metrics.start_exporter(port, addr=self.settings.metrics_addr)
