@@ -7,6 +7,8 @@ recovery; then exact counts read from the store and a broker that holds nothing.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -113,7 +115,7 @@ def _early_ack_argv() -> list[str]:
     queues = ",".join(LANE_QUEUES[lane] for lane in (Lane.LIVE, Lane.BACKFILL))
     return [
         *(sys.executable, "-m", "celery", "-A", "tests.faults.early_ack_app", "worker"),
-        *("--pool=threads", "--concurrency=16", f"--queues={queues}", "--loglevel=INFO"),
+        *("--pool=solo", "--concurrency=16", f"--queues={queues}", "--loglevel=INFO"),
         *("--without-gossip", "--without-mingle", "--hostname=early-ack@%h"),
     ]
 
@@ -157,3 +159,50 @@ def test_sigkill_mid_judging_loses_work_only_without_acks_late(
         assert (row.lost, row.recorded) == (0, 40)
     else:
         assert row.lost >= 1, "early acks must lose the evaluations that were running"
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux ``/proc``)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_of_one_consumer_process_of_a_multi_process_worker(
+    redis_url: str,
+    workdir: Path,
+    judge_server: JudgeServer,
+    start_worker: StartWorker,
+    producer_for: Callable[..., Producer],
+) -> None:
+    """One of a worker's two consumer processes SIGKILLed mid-run: the supervisor restarts it,
+    and once its unacked messages come back every snapshot has exactly one evaluation."""
+    judge_server.latency_ms = 20
+    store_url = f"sqlite:///{workdir / 'one-child.db'}"
+    knobs = _knobs(
+        redis_url, store_url, judge_server, budget_s="1", processes="2", visibility_timeout_s="8"
+    )
+    worker = start_worker(**knobs)
+    wait_until(lambda: len(_children(worker.process.pid)) == 2, 60, "two consumer processes")
+    count = 600
+    live, backfill = _split_lanes("one-child", count)
+    producer = producer_for(redis_url, batch_size=str(BATCH))
+    producer.enqueue_many(live, lane=Lane.LIVE)
+    producer.enqueue_many(backfill, lane=Lane.BACKFILL, batch_size=BATCH)
+    expected = [s.snapshot_id for s in (*live, *backfill)]
+    wait_until(evaluated_at_least(store_url, count // 4), 120, f"{count // 4} evaluations")
+    victim = _children(worker.process.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: "restarting" in worker.log, 30, "the supervisor to restart it")
+    wait_recovered(redis_url, store_url, RECOVERY_S)
+    counts = tally(store_url, expected, AGENT_METRICS)
+    row = report_row(
+        counts.counts(
+            f"SIGKILL 1 of 2 consumer processes, {count}",
+            redone(judge_server.count, store_url, [worker]),
+        )
+    )
+    assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
+    assert worker.process.poll() is None  # the worker itself kept serving
+    assert victim not in _children(worker.process.pid)
+    assert len(_children(worker.process.pid)) == 2

@@ -260,3 +260,48 @@ def test_sqlite_write_failing_half_way_is_rolled_back_and_retried(workdir: Path)
     assert faults.evaluation_inserts == created + 3 + created  # retries, then the redeliveries
     assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
     assert row.recorded == 4
+
+
+def _waiting_writers(url: str) -> int:
+    """Backends of ``url``'s database blocked on a lock inside an INSERT (a commit under way)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query ILIKE 'INSERT%'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_during_a_group_commit_loses_and_duplicates_nothing(
+    redis_url: str,
+    fresh_pg: str,
+    judge_server: JudgeServer,
+    start_worker: StartWorker,
+    producer_for: Callable[..., Producer],
+) -> None:
+    """A worker SIGKILLed while its group-commit transactions are open (rows inserted, blocked on
+    a lock before COMMIT): PostgreSQL rolls them back, the broker redelivers, and a new worker
+    records every snapshot exactly once."""
+    count = 200
+    snapshots = variants(example_snapshots()["order-42"], count, "group-commit")
+    knobs = {**_knobs(redis_url, fresh_pg, judge_server), "visibility_timeout_s": "8"}
+    worker = start_worker(**knobs)
+    with psycopg.connect(fresh_pg) as holder:
+        holder.execute("LOCK TABLE metric_results IN ACCESS EXCLUSIVE MODE")
+        producer_for(redis_url).enqueue_many(snapshots, lane=Lane.BACKFILL, batch_size=5)
+        wait_until(lambda: _waiting_writers(fresh_pg) >= 1, 60, "a commit blocked mid-transaction")
+        worker.kill_group()
+        holder.rollback()  # releases the lock: the killed transactions are rolled back already
+    assert evaluations_in(fresh_pg) == 0  # nothing of the open transactions was committed
+    replacement = start_worker(**knobs)
+    wait_drained(redis_url, 120)
+    wait_until(evaluated_at_least(fresh_pg, count), 60, f"{count} evaluations")
+    counts = tally(fresh_pg, [s.snapshot_id for s in snapshots], 7)
+    row = report_row(
+        counts.counts(
+            f"SIGKILL during a group commit (PostgreSQL), {count}",
+            redone(judge_server.count, fresh_pg, [replacement]),
+        )
+    )
+    assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
