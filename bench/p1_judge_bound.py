@@ -41,8 +41,8 @@ def run(quick: bool) -> list[Row]:
         judge_url = bench.judge_server(LATENCY_MS)
         fill_backfill(bench.broker_url, count, "p1", BACKFILL.batch_size)
         # The figure is defined for one worker process: no evaluator processes here.
-        shape = BACKFILL.in_one_process()
-        worker = bench.worker(judge_url, {"lanes": "backfill", **shape.env(IN_FLIGHT)})
+        one = BACKFILL.in_one_process()
+        worker = bench.worker(judge_url, {"lanes": "backfill", **BACKFILL.env(IN_FLIGHT), **one})
         cores = drain_cpu(bench.store_path, count, worker, timeout_s=60 + count / 50)
         rows = created_times(bench.store_path)
     per_evaluation = sum(requests for _, requests in rows) / len(rows)
@@ -59,7 +59,7 @@ def run(quick: bool) -> list[Row]:
             passed=ratio >= TARGET and per_evaluation == 1.0,
             unit="judge requests/s vs ideal in-flight/latency",
             note=f"{len(rows)} evaluations, {per_evaluation:.2f} requests each; "
-            f"one worker process, {BACKFILL.pool_threads} pool threads; "
+            f"one consumer process, batches of {BACKFILL.batch_size}; "
             f"worker CPU {cores:.2f} cores",
             load=load_average(),
         )

@@ -115,7 +115,7 @@ def run(quick: bool) -> list[Row]:
             passed=ratio >= TARGET,
             unit="snapshots/s vs no-op tasks/s",
             note=f"{recorded} evaluations, batches of {BACKFILL.batch_size}, "
-            f"{BACKFILL.evaluator_processes} evaluator processes, worker CPU (all its processes) "
+            "default processes, worker CPU (all its processes) "
             f"{cores:.2f} cores; {noop_count} no-op messages, the higher of {before:.0f}/s "
             f"before and {after:.0f}/s after",
             load=load_average(),
