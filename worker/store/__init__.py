@@ -71,7 +71,12 @@ Guarantees
 Exceptions::
 
     StoreError                    .code: a reason code
-     ├── TransientStoreError      STORE_UNAVAILABLE (PostgreSQL) / STORE_BUSY (SQLite): retry later
+     ├── TransientStoreError      retry later; the message stays unacked, never a dead letter:
+     │                            STORE_UNAVAILABLE (cannot connect/open), STORE_BUSY (SQLite
+     │                            locked), STORE_FULL (disk full: SQLITE_FULL, PostgreSQL 53100),
+     │                            STORE_IO_ERROR (SQLite I/O error), STORE_REPLACED (the SQLite
+     │                            file was deleted or replaced under this process: every later
+     │                            call refuses until the process restarts)
      └── PermanentStoreError      STORE_FAILED, STORE_CLOSED, UNKNOWN_SNAPSHOT,
           │                       UNKNOWN_DEAD_LETTER, CONTENT_MISMATCH, SCHEMA_TOO_NEW, …
           └── AppendOnlyError APPEND_ONLY: the database refused an UPDATE/DELETE/TRUNCATE

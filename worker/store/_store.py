@@ -97,6 +97,11 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _retry_here(exc: Exception) -> bool:
+    """Transient errors worth retrying inside the call (a replaced file never comes back)."""
+    return isinstance(exc, TransientStoreError) and exc.code != "STORE_REPLACED"
+
+
 class Store:
     """Append-only record store. Build it with :func:`open_store`."""
 
@@ -119,7 +124,7 @@ class Store:
 
     def _run(self, work: Callable[[Tx], T], *, write: bool = True, bulk: bool = False) -> T:
         for attempt in stamina.retry_context(
-            on=TransientStoreError,
+            on=_retry_here,
             attempts=self._retry_attempts,
             timeout=self._retry_timeout_s,
             wait_initial=0.05,
