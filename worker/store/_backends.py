@@ -80,6 +80,10 @@ class Backend(Protocol):
         """The database file, or the PostgreSQL URL without its password."""
         ...
 
+    def probe(self) -> None:
+        """Reach the database once, without retries: raises (driver errors) within seconds."""
+        ...
+
     def transaction(self, *, write: bool, bulk: bool = False) -> AbstractContextManager[Tx]:
         """A transaction that commits when the block ends normally and rolls back otherwise.
 
@@ -193,7 +197,10 @@ class SqliteBackend:
 
     def __init__(self, path: Path, *, busy_timeout_s: float) -> None:
         self._path = path.resolve()
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # unwritable or not a directory: nothing can be recorded there
+            raise TransientStoreError("STORE_UNAVAILABLE", type(exc).__name__) from None
         self._busy_timeout_s = busy_timeout_s
         self._turns = WriterTurns(self._path, timeout_s=busy_timeout_s)
         self._closed = False
@@ -233,6 +240,10 @@ class SqliteBackend:
             self._replaced = True
             raise _replaced_error()
         return conn
+
+    def probe(self) -> None:
+        """Open (or create) the file and read its catalogue once."""
+        self._connection().execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
 
     def _check_file(self) -> None:
         """Raise ``STORE_REPLACED`` unless the file at the path is the one first opened."""
@@ -299,6 +310,7 @@ def _replaced_error() -> TransientStoreError:
 # --- PostgreSQL ------------------------------------------------------------------------------
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_POOL_WAIT_S = 10.0
 
 
 @lru_cache(maxsize=256)
@@ -378,17 +390,28 @@ class PostgresBackend:
             (f"{self._lock_timeout_ms}ms", f"{max(self._lock_timeout_ms * 6, 60_000)}ms"),
         )
 
-    def _new_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
+    def _connect_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in conninfo_to_dict(self._conninfo):
-            kwargs["connect_timeout"] = max(2, round(self._connect_timeout_s))
+        if "connect_timeout" not in conninfo_to_dict(self._conninfo):  # the URL's own wins
+            kwargs["connect_timeout"] = max(2, round(self._connect_timeout_s))  # libpq: >= 2 s
+        return kwargs
+
+    def probe(self) -> None:
+        """One direct connection, no pool and no retries: a refused port fails at once, an
+        unanswered one within the connect timeout (the pool would keep retrying until its own
+        timeout, and the store's retries on top made an unreachable server cost ~31 s)."""
+        with psycopg.connect(self._conninfo, **self._connect_kwargs()):
+            pass
+
+    def _new_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
         pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             self._conninfo,
             min_size=1,
             max_size=self._pool_max_size,
-            kwargs=kwargs,
+            kwargs=self._connect_kwargs(),
             configure=self._configure,
-            timeout=self._connect_timeout_s,
+            # Waiting for a free pooled connection under load is not connecting: keep it long.
+            timeout=max(self._connect_timeout_s, _POOL_WAIT_S),
             name="evalq-store",
             open=False,
         )

@@ -31,6 +31,7 @@ APPEND_ONLY_SQLSTATE = "EQ001"
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 _TRANSIENT_CLASSES = frozenset({"08", "53", "57"})
 _PG_DISK_FULL = "53100"
+_PG_DENIED = "42501"  # insufficient_privilege: e.g. an INSERT/SELECT role asked for DDL
 _SQLITE_TRANSIENT = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # A full disk (or max_page_count reached), an I/O error, a file that cannot be opened right now
 # or was moved: nothing was committed and nothing about the message is wrong, so it must stay
@@ -69,15 +70,21 @@ class AppendOnlyError(PermanentStoreError):
     """The database refused an UPDATE, DELETE or TRUNCATE of a recorded row."""
 
 
+_PG_BY_STATE: dict[str, tuple[type[StoreError], str]] = {
+    APPEND_ONLY_SQLSTATE: (AppendOnlyError, "APPEND_ONLY"),
+    _PG_DISK_FULL: (TransientStoreError, "STORE_FULL"),
+    _PG_DENIED: (PermanentStoreError, "STORE_PERMISSION_DENIED"),
+}
+
+
 def _from_psycopg(exc: psycopg.Error) -> StoreError:
     state = exc.sqlstate
     detail = f"{type(exc).__module__}.{type(exc).__name__}, sqlstate {state}"
     if isinstance(exc, PoolClosed):
         return PermanentStoreError("STORE_CLOSED", detail)
-    if state == APPEND_ONLY_SQLSTATE:
-        return AppendOnlyError("APPEND_ONLY", detail)
-    if state == _PG_DISK_FULL:
-        return TransientStoreError("STORE_FULL", detail)
+    if (known := _PG_BY_STATE.get(state or "")) is not None:
+        kind, code = known
+        return kind(code, detail)
     if state in _TRANSIENT_SQLSTATES or (state is not None and state[:2] in _TRANSIENT_CLASSES):
         return TransientStoreError("STORE_UNAVAILABLE", detail)
     # No SQLSTATE on an OperationalError means the client lost or never got a connection
