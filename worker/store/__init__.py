@@ -97,6 +97,7 @@ from ._records import (
     OutcomeLink,
     OutcomeRecord,
     OutcomeWritten,
+    PurgeSummary,
     RequestUsage,
     ResultRow,
     SampledOutCount,
@@ -111,14 +112,16 @@ from ._records import (
     Written,
     evaluation_id_for,
 )
-from ._schema import APPEND_ONLY_TABLES
-from ._store import Store, open_store
+from ._schema import APPEND_ONLY_TABLES, EXPIRABLE_TABLES, SCHEMA_VERSION
+from ._store import Store, failure_line, open_store, store_location
 from ._url import SETTING as STORE_URL_SETTING
 from ._writes import PAYLOAD_LIMIT_BYTES
 
 __all__ = [
     "APPEND_ONLY_TABLES",
+    "EXPIRABLE_TABLES",
     "PAYLOAD_LIMIT_BYTES",
+    "SCHEMA_VERSION",
     "STORE_URL_SETTING",
     "AppendOnlyError",
     "Checkpoint",
@@ -132,6 +135,7 @@ __all__ = [
     "OutcomeRecord",
     "OutcomeWritten",
     "PermanentStoreError",
+    "PurgeSummary",
     "RecordScope",
     "RequestUsage",
     "ResultCount",
@@ -151,5 +155,7 @@ __all__ = [
     "TransientStoreError",
     "Written",
     "evaluation_id_for",
+    "failure_line",
     "open_store",
+    "store_location",
 ]

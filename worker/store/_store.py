@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import stamina
 
-from ._backends import Backend, PostgresBackend, SqliteBackend, Tx
+from ._backends import Backend, PostgresBackend, SqliteBackend, Tx, redacted
 from ._batch import (
     EvaluationItem,
     PreparedBatch,
@@ -73,7 +73,7 @@ from ._records import (
     evaluation_id_for,
 )
 from ._schema import migrate, schema_is_current
-from ._url import PostgresTarget, parse_store_url
+from ._url import SETTING, PostgresTarget, parse_store_url
 from ._writes import (
     write_checkpoint,
     write_dead_letter,
@@ -85,7 +85,7 @@ from ._writes import (
     write_tally,
 )
 
-__all__ = ["Store", "open_store"]
+__all__ = ["Store", "failure_line", "open_store", "store_location"]
 
 T = TypeVar("T")
 
@@ -481,3 +481,21 @@ def open_store(
         store.close()
         raise
     return store
+
+
+def store_location(url: str) -> str:
+    """Where ``url`` points, safe to print: the absolute SQLite path or the URL sans password."""
+    target = parse_store_url(url)
+    if isinstance(target, PostgresTarget):
+        return redacted(target.conninfo)
+    return str(target.path.resolve())
+
+
+def failure_line(url: str, code: str) -> str:
+    """The one line every command prints when the store fails: ``EVALQ_STORE_URL: … (CODE)``."""
+    try:
+        where = store_location(url)
+    except ValueError:
+        return f"{SETTING}: the store URL is invalid ({code})"
+    problem = "is unreachable" if code == "STORE_UNAVAILABLE" else "cannot be used"
+    return f"{SETTING}: {where} {problem} ({code})"
