@@ -4,7 +4,8 @@ The server answers every POST by its first path segment: ``/big-ok/<n>`` and ``/
 stream ``n`` bytes with status 200 or 500 (``/chunked-ok``, ``/chunked-error``: the same
 without a Content-Length); ``/bomb-ok/<n>`` and ``/bomb-error/<n>`` send a gzip
 body that inflates to ``n`` zero bytes; ``/slow-bomb/<n>`` sends such a bomb in small pieces,
-20 ms apart. The client runs in a fresh interpreter so its ``ru_maxrss`` is its own.
+20 ms apart; ``/trickle/<n>`` sends ``n`` bytes 1 KiB per 20 ms. The client runs in a fresh
+interpreter so its ``ru_maxrss`` is its own.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ _CHUNK = 256 * 1024
 
 @functools.cache
 def gzip_bomb(size: int) -> bytes:
-    """Gzip of ``size`` zero bytes (about 1/1000 of the size)."""
+    """Gzip of ``size`` zero bytes (about 1/1000 of the size); call it before a timed test, so
+    the server does not spend the budget compressing."""
     packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
     zeros = bytes(_CHUNK)
     parts = [packer.compress(zeros) for _ in range(size // _CHUNK)]
@@ -46,10 +48,10 @@ async def _stream(
         response.enable_chunked_encoding()  # no Content-Length: the limit must be counted
     else:
         response.content_length = size
-    await response.prepare(request)
     block = b"x" * _CHUNK
     sent = 0
     try:
+        await response.prepare(request)
         while sent < size:
             piece = block[: min(_CHUNK, size - sent)]
             await response.write(piece)
@@ -66,13 +68,26 @@ async def _bomb(
     headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
     response = web.StreamResponse(status=status, headers=headers)
     response.content_length = len(body)
-    await response.prepare(request)
     step = 4096 if pause_s else len(body)
     try:
+        await response.prepare(request)
         for start in range(0, len(body), step):
             await response.write(body[start : start + step])
             if pause_s:
                 await asyncio.sleep(pause_s)
+    except (ConnectionError, RuntimeError):
+        pass
+    return response
+
+
+async def _trickle(request: web.Request, size: int) -> web.StreamResponse:
+    response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+    response.content_length = size
+    try:
+        await response.prepare(request)
+        for _ in range(0, size, 1024):
+            await response.write(b" " * 1024)
+            await asyncio.sleep(0.02)
     except (ConnectionError, RuntimeError):
         pass
     return response
@@ -96,6 +111,8 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         return await _bomb(request, 500, size)
     if mode == "slow-bomb":
         return await _bomb(request, 200, size, pause_s=0.02)
+    if mode == "trickle":
+        return await _trickle(request, size)
     return web.Response(status=404)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.evaluation.engine_kit import Probe, make_trace
-from tests.hostile._hostile_judge_kit import hostile_server, run_client
+from tests.hostile._hostile_judge_kit import gzip_bomb, hostile_server, run_client
 from worker.evaluation import Evaluator, Limits, Reason
 from worker.judges import InvalidReply, JudgeError, RetryPolicy, SystemOneJudge
 from worker.judges._http import JsonEndpoint
@@ -144,10 +144,13 @@ async def test_oversized_error_body_is_still_a_retryable_status(base_url: str) -
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("path", [f"bomb-ok/{256 * MIB}", f"slow-bomb/{256 * MIB}"])
-async def test_engine_budget_holds_against_gzip_bombs(base_url: str, path: str) -> None:
-    """Four evaluations against a gzip-bomb judge end within budget + 50 ms each."""
-    judge = SystemOneJudge(base_url=f"{base_url}/{path}", api_key="k", max_reply_bytes=LIMIT)
+@pytest.mark.parametrize("mode", ["bomb-ok", "slow-bomb"])
+async def test_engine_budget_holds_against_gzip_bombs(base_url: str, mode: str) -> None:
+    """Four evaluations against a 256 MiB gzip-bomb judge: INVALID_RESPONSE within budget+50 ms."""
+    gzip_bomb(256 * MIB)  # compressed before the clock starts (the server reuses it)
+    judge = SystemOneJudge(
+        base_url=f"{base_url}/{mode}/{256 * MIB}", api_key="k", max_reply_bytes=LIMIT
+    )
 
     async def one() -> tuple[float, list[str]]:
         evaluator = Evaluator(judge, [Probe("m")], Limits(budget_s=BUDGET_S))
@@ -161,4 +164,21 @@ async def test_engine_budget_holds_against_gzip_bombs(base_url: str, path: str) 
         await judge.aclose()
     for elapsed_s, reasons in outcomes:
         assert elapsed_s <= BUDGET_S + MARGIN_S
-        assert reasons in ([Reason.INVALID_RESPONSE], [Reason.TIMEOUT])
+        assert reasons == [Reason.INVALID_RESPONSE]
+
+
+@pytest.mark.asyncio
+async def test_engine_budget_holds_while_a_body_trickles_in(base_url: str) -> None:
+    """A reply that trickles in (never reaching the limit in time) is TIMEOUT at budget+50 ms."""
+    judge = SystemOneJudge(
+        base_url=f"{base_url}/trickle/{LIMIT}", api_key="k", max_reply_bytes=LIMIT
+    )
+    try:
+        evaluator = Evaluator(judge, [Probe("m")], Limits(budget_s=BUDGET_S))
+        started = time.monotonic()
+        report = await evaluator.evaluate(make_trace())
+        elapsed_s = time.monotonic() - started
+    finally:
+        await judge.aclose()
+    assert [e.result.reason for e in report.results] == [Reason.TIMEOUT]
+    assert elapsed_s <= BUDGET_S + MARGIN_S
