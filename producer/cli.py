@@ -749,7 +749,8 @@ def store_migrate() -> None:
         created = store.migrate()
         where = store.location
     state = "created" if created else "already current"
-    _out.print(f"schema version {SCHEMA_VERSION} {state}: {where}", highlight=False, markup=False)
+    line = f"schema version {SCHEMA_VERSION} {state}: {where}"
+    _out.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -786,6 +787,7 @@ def purge(
         f"{summary.content_before.isoformat()}",
         highlight=False,
         markup=False,
+        soft_wrap=True,
     )
 
 
