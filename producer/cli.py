@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,6 +70,24 @@ def _broker(settings: Any) -> str:
     return url
 
 
+@contextmanager
+def _store(settings: Any, *, migrate: bool = True) -> Iterator[Any]:
+    """The open store; on any store failure one line ``EVALQ_STORE_URL: … (CODE)``, exit 2.
+
+    The store is reached once, without retries, when it opens (``Store.probe``): an unreachable
+    one fails within its connect timeout instead of ending in a traceback.
+    """
+    from worker.store import StoreError, failure_line, open_store  # noqa: PLC0415 - fast --help
+
+    try:
+        with open_store(settings.store_url, migrate=migrate) as store:
+            yield store
+    except StoreError as exc:
+        line = failure_line(settings.store_url, exc.code)
+        _err.print(line, markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def worker(
     *,
@@ -97,8 +117,10 @@ def worker(
     _broker(settings)
     try:
         run_worker(settings, hostname=hostname)
-    except ConfigError as exc:
-        _err.print(f"[red]invalid configuration:[/red] {exc}", markup=True, highlight=False)
+    except ConfigError as exc:  # one line, however long (the store's failure line, say)
+        _err.print(
+            f"[red]invalid configuration:[/red] {exc}", markup=True, highlight=False, soft_wrap=True
+        )
         raise typer.Exit(2) from None
 
 
@@ -428,10 +450,9 @@ def redrive(
     """Re-enqueue open dead letters that decode to a snapshot or outcome now."""
     from worker.ops import producer_for  # noqa: PLC0415 - fast --help
     from worker.ops import redrive as do_redrive  # noqa: PLC0415
-    from worker.store import open_store  # noqa: PLC0415
 
     settings = _settings()
-    with open_store(settings.store_url) as store, producer_for(settings, _broker(settings)) as p:
+    with _store(settings) as store, producer_for(settings, _broker(settings)) as p:
         summary = do_redrive(store, p, reason=reason, batch_size=settings.batch_size)
     _out.print(
         f"dead letters examined: {summary.examined}; re-enqueued: {summary.redriven}; "
@@ -514,11 +535,10 @@ def report(
     """Per-metric rates with coverage and 95% intervals, gold labels, latency, usage, outcomes."""
     from producer._html import render_html  # noqa: PLC0415 - fast --help
     from producer._report import build_report, render_terminal  # noqa: PLC0415
-    from worker.store import open_store  # noqa: PLC0415
 
     settings = _settings()
     scope = _report_scope(locals())
-    with open_store(settings.store_url) as store:
+    with _store(settings) as store:
         result = build_report(store, scope)
     if html is not None:
         try:
@@ -650,7 +670,6 @@ def status(
         collect_status,
         render_status,
     )
-    from worker.store import open_store  # noqa: PLC0415
 
     settings = _settings()
     thresholds = StatusThresholds(
@@ -660,7 +679,7 @@ def status(
         min_workers=min_workers,
         min_recent_5m=min_recent,
     )
-    with open_store(settings.store_url) as store:
+    with _store(settings) as store:
         found = collect_status(
             store,
             settings,
@@ -700,6 +719,8 @@ def run(
     from worker.ops import run_pipeline  # noqa: PLC0415 - fast --help
 
     settings = _settings()
+    with _store(settings):  # fail fast, in one line, before starting Redis and a worker
+        pass
     # SIGTERM unwinds like Ctrl-C, so the embedded Redis and the worker are stopped too.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with _progress() as progress:
@@ -714,6 +735,65 @@ def run(
     _print_run(result, settings)
     if result.timed_out or result.evaluated == 0:
         raise typer.Exit(1)
+
+
+store_app = typer.Typer(
+    help="Store maintenance, run as the role that owns the tables.", no_args_is_help=True
+)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("migrate")
+def store_migrate() -> None:
+    """Create or upgrade the schema. Run it as the tables' owner; workers then need only
+    INSERT and SELECT (they skip migrating a current schema)."""
+    from worker.store import SCHEMA_VERSION  # noqa: PLC0415 - fast --help
+
+    settings = _settings()
+    with _store(settings, migrate=False) as store:
+        created = store.migrate()
+        where = store.location
+    state = "created" if created else "already current"
+    line = f"schema version {SCHEMA_VERSION} {state}: {where}"
+    _out.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+def purge(
+    content_before: Annotated[
+        str,
+        typer.Option(
+            "--content-before",
+            envvar="EVALQ_PURGE_CONTENT_BEFORE",
+            help="Expire content recorded before: ISO date/time or a duration ago (90d)",
+        ),
+    ],
+) -> None:
+    """Expire snapshot contents and dead-letter payloads older than a date; every record
+    (snapshot metadata, evaluations, results, dead-letter size and sha256) stays readable.
+    Run it as the tables' owner role."""
+    from producer._report import parse_when  # noqa: PLC0415 - fast --help
+
+    try:
+        before = parse_when(content_before, datetime.now(UTC))
+    except ValueError:
+        _err.print("--content-before: expected an ISO date/time or a duration such as 90d")
+        raise typer.Exit(2) from None
+    settings = _settings()
+    with _store(settings) as store:
+        try:
+            summary = store.purge_content(before)
+        except ValueError as exc:  # a horizon in the future
+            _err.print(f"--content-before: {exc}", markup=False, highlight=False)
+            raise typer.Exit(2) from None
+    _out.print(
+        f"expired {summary.contents_removed} snapshot content(s) and "
+        f"{summary.payloads_cleared} dead-letter payload(s) recorded before "
+        f"{summary.content_before.isoformat()}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:

@@ -37,7 +37,7 @@ from worker.embedded import RedisServer
 from worker.metric_sets import build_metric_set
 from worker.runtime import judge_identity
 from worker.settings import ConfigError, Settings
-from worker.store import DeadLetter, Store, StoreError, open_store
+from worker.store import DeadLetter, Store, StoreError, failure_line, open_store
 from worker.supervisor import Supervisor
 
 __all__ = [
@@ -78,7 +78,7 @@ def preflight(settings: Settings) -> None:
     try:
         store = open_store(settings.store_url)
     except StoreError as exc:
-        raise ConfigError(f"EVALQ_STORE_URL: the store is not usable ({exc.code})") from None
+        raise ConfigError(failure_line(settings.store_url, exc.code)) from None
     except ValueError as exc:  # the store's URL errors already name the variable
         raise ConfigError(str(exc)) from None
     store.close()

@@ -42,6 +42,8 @@ def _fill_every_table(store: Store) -> None:
             rows=(TallyRowRecord(rule="default", rate=0.5, lane="live", seen=4, sampled=2),),
         )
     )
+    # A recorded horizon far before every row: the expiry triggers must still refuse them all.
+    store.purge_content(datetime(2000, 1, 1, tzinfo=UTC))
 
 
 def _data_column(conn: sqlite3.Connection | psycopg.Connection[Any], table: str) -> str:

@@ -10,6 +10,7 @@ Exception tree (foreign httpx exceptions are translated once, in the HTTP judges
      │                     transient: connect/read errors, timeouts, 408/429/529/5xx
      │                     permanent: other 4xx, malformed URL
      └── InvalidReply      a reply arrived but is unusable: .model, .usage kept for accounting
+                           (a 2xx body past ``max_reply_bytes`` decoded, gzip/deflate included)
     ValueError
      └── InvalidResponse   a response breaks a §A.4 rule (message = rule code)
 """
@@ -17,7 +18,7 @@ Exception tree (foreign httpx exceptions are translated once, in the HTTP judges
 from ._chat import ChatJudge
 from ._deadline import remaining_s, use_deadline
 from ._errors import InvalidReply, JudgeError
-from ._http import RetryPolicy
+from ._http import DEFAULT_MAX_REPLY_BYTES, RetryPolicy
 from ._protocol import Judge, check_async_judge, validates_replies
 from ._synthetic import SyntheticJudge
 from ._systemone import SystemOneJudge
@@ -37,6 +38,7 @@ from ._wire import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_REPLY_BYTES",
     "Answer",
     "ChatJudge",
     "ChoiceAnswer",

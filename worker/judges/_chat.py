@@ -17,7 +17,7 @@ from typing import Self
 import httpx
 
 from ._errors import InvalidReply, JudgeError
-from ._http import JsonEndpoint, RetryPolicy, check_api_key, check_base_url
+from ._http import DEFAULT_MAX_REPLY_BYTES, JsonEndpoint, RetryPolicy, check_api_key, check_base_url
 from ._strict import check_model, content_text, is_number, read_usage, strict_loads
 from ._validation import validate_response
 from ._wire import (
@@ -236,6 +236,7 @@ class ChatJudge:
         client: httpx.AsyncClient | None = None,
         *,
         policy: RetryPolicy | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> ChatJudge:
         """A judge posting to ``{base_url}/chat/completions`` (OpenAI, vLLM, Ollama, llama.cpp)."""
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -250,6 +251,7 @@ class ChatJudge:
             headers=headers,
             client=client,
             policy=policy or RetryPolicy(attempt_timeout_s=60.0),  # LLMs are slower than Jev
+            max_reply_bytes=max_reply_bytes,
             secrets=secrets,
         )
         return cls(model, _endpoint_transport(endpoint), closer=endpoint.aclose)

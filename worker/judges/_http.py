@@ -37,15 +37,19 @@ import httpx
 import stamina
 import yarl
 
+from ._body import ACCEPT_ENCODING, BodyTooLarge, read_bounded
 from ._deadline import remaining_s
-from ._errors import JudgeError
+from ._errors import InvalidReply, JudgeError
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_REPLY_BYTES",
+    "ERROR_BODY_CAP",
     "AiohttpTransport",
     "JsonEndpoint",
     "Reply",
     "RetryPolicy",
+    "body_limit",
     "check_api_key",
     "check_base_url",
     "default_client",
@@ -57,8 +61,12 @@ __all__ = [
 ]
 
 DEFAULT_MAX_CONNECTIONS = 1024  # far above the hundreds in flight a worker keeps
+DEFAULT_MAX_REPLY_BYTES = 2 * 1024 * 1024
+"""Largest decoded 2xx body a judge accepts (``INVALID_RESPONSE`` past it). A System One or
+chat reply is a few KiB; the cap keeps concurrency x cap the worst case of reply memory."""
+ERROR_BODY_CAP = 65_536
+"""Bytes of an error reply read to find its message; past it the connection is dropped."""
 MESSAGE_CAP = 200  # error messages are for logs: short, one line
-_ERROR_BODY_CAP = 65_536  # never parse a huge error body just to find a message
 _KEEPALIVE_S = 30.0
 _BEARER = re.compile(r"(?i)bearer\s+\S+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
@@ -122,11 +130,21 @@ class _ResponseStream(httpx.AsyncByteStream):
 
 @dataclass(frozen=True)
 class Reply:
-    """One HTTP reply, read whole: status, headers (case-insensitive) and body."""
+    """One HTTP reply: status, headers (case-insensitive) and the decoded body, bounded.
+
+    ``complete`` is False when the body was abandoned (over its limit, or an unknown or corrupt
+    encoding): ``content`` is then empty and the connection was dropped, not reused.
+    """
 
     status: int
     headers: Mapping[str, str]
     content: bytes
+    complete: bool = True
+
+
+def body_limit(status: int, max_reply_bytes: int) -> int:
+    """Bytes of a reply worth reading: the reply cap for 2xx, :data:`ERROR_BODY_CAP` otherwise."""
+    return max_reply_bytes if 200 <= status < 300 else ERROR_BODY_CAP
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -146,7 +164,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         self._max_connections = max_connections
-        self._headers = dict(headers or {})
+        # Only the encodings worker.judges._body decodes within its limit (no br, no zstd).
+        self._headers = {"Accept-Encoding": ACCEPT_ENCODING, **(headers or {})}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -162,8 +181,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             ssl=_ssl_context(),
         )
         # trust_env=False: a library reads no environment (proxies are the caller's choice).
+        # auto_decompress=False: aiohttp would inflate each chunk whole on the loop (_body.py).
         self._session = aiohttp.ClientSession(
-            connector=connector, trust_env=False, headers=self._headers
+            connector=connector, trust_env=False, headers=self._headers, auto_decompress=False
         )
         self._loop = loop
         if old is not None and old_loop is not None and old_loop.is_closed():
@@ -182,7 +202,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 headers=list(request.headers.multi_items()),
                 data=request.content or None,
                 allow_redirects=False,
-                auto_decompress=False,  # httpx decodes Content-Encoding itself
                 timeout=_aiohttp_timeout(request),
             )
         return httpx.Response(
@@ -194,10 +213,17 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     async def post(
-        self, url: yarl.URL | str, body: bytes, headers: Mapping[str, str] | None = None
+        self,
+        url: yarl.URL | str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> Reply:
-        """POST ``body`` straight through aiohttp (no httpx objects); the whole reply is read.
+        """POST ``body`` straight through aiohttp (no httpx objects); the reply read, bounded.
 
+        The body is streamed and decoded (gzip/deflate) up to :func:`body_limit` bytes; past it
+        the connection is dropped and the reply comes back with ``complete=False``.
         No timers of aiohttp's own: the caller bounds the whole exchange (``JsonEndpoint`` wraps
         each attempt in ``asyncio.timeout``), which also bounds connecting and every read.
         Measured: aiohttp's per-read timer, re-armed on every chunk, and its connect timer were
@@ -209,7 +235,15 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             async with session.post(
                 url, data=body, headers=headers, allow_redirects=False, timeout=_NO_TIMERS
             ) as response:
-                return Reply(response.status, response.headers, await response.read())
+                limit = body_limit(response.status, max_reply_bytes)
+                try:
+                    content = await read_bounded(
+                        response.content.iter_any(), response.headers, limit
+                    )
+                except BodyTooLarge:
+                    response.close()  # never drain (or reuse) a connection past the limit
+                    return Reply(response.status, response.headers, b"", complete=False)
+                return Reply(response.status, response.headers, content)
         except (aiohttp.ClientError, OSError) as exc:  # OSError covers TimeoutError in 3.11
             raise _as_httpx_error(exc) from None
 
@@ -293,7 +327,7 @@ def _find_message(body: object, *, nested: bool = True) -> str | None:
 
 
 def _body_message(content: bytes) -> str | None:
-    if not content or len(content) > _ERROR_BODY_CAP:
+    if not content or len(content) > ERROR_BODY_CAP:
         return None
     try:
         return _find_message(json.loads(content))
@@ -419,7 +453,12 @@ class _RetryPlan:
 
 
 class JsonEndpoint:
-    """POST JSON to one URL with retries inside the budget; returns the 2xx body as bytes."""
+    """POST JSON to one URL with retries inside the budget; returns the 2xx body as bytes.
+
+    Reply bodies are read bounded (``worker.judges._body``): a 2xx body past
+    ``max_reply_bytes`` (decoded) is :class:`InvalidReply` (``INVALID_RESPONSE``, not retried);
+    an error body past :data:`ERROR_BODY_CAP` is dropped and the error keeps only its status.
+    """
 
     def __init__(
         self,
@@ -430,11 +469,15 @@ class JsonEndpoint:
         client: httpx.AsyncClient | None,
         policy: RetryPolicy,
         secrets: tuple[str, ...] = (),
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
+        if max_reply_bytes < 1:
+            raise ValueError("max_reply_bytes must be >= 1")
         self.url = url
+        self._max_reply_bytes = max_reply_bytes
         self._yarl_url = yarl.URL(url)  # parsed once, not per request
         self._service = service
-        self._headers = MappingProxyType(dict(headers))
+        self._headers = MappingProxyType({"Accept-Encoding": ACCEPT_ENCODING, **headers})
         self._owns_client = client is None
         self._client = client  # None: post through our own aiohttp transport (module docstring)
         # The endpoint's headers are its session's defaults: aiohttp merges per-request headers
@@ -499,6 +542,8 @@ class JsonEndpoint:
             async with asyncio.timeout(timeout_s):  # a total bound: read timeouts are per chunk
                 reply = await self._send(body, timeout_s)
         if 200 <= reply.status < 300:
+            if not reply.complete:
+                raise InvalidReply(None, None)  # too large or undecodable: no usable reply
             return reply.content
         plan.retry_after_s = parse_retry_after(reply.headers)
         message = error_message(self._service, reply.status, reply.content, self._secrets)
@@ -506,12 +551,23 @@ class JsonEndpoint:
 
     async def _send(self, body: bytes, timeout_s: float) -> Reply:
         if self._transport is not None:
-            return await self._transport.post(self._yarl_url, body)
+            return await self._transport.post(
+                self._yarl_url, body, max_reply_bytes=self._max_reply_bytes
+            )
         assert self._client is not None  # one of the two is always set
-        response = await self._client.post(
-            self.url, content=body, headers=self._headers, timeout=timeout_s
+        request = self._client.build_request(
+            "POST", self.url, content=body, headers=self._headers, timeout=timeout_s
         )
-        return Reply(response.status_code, response.headers, response.content)
+        # Raw bytes, decoded here within the limit: httpx would inflate each chunk whole.
+        response = await self._client.send(request, stream=True)
+        try:
+            limit = body_limit(response.status_code, self._max_reply_bytes)
+            content = await read_bounded(response.aiter_raw(), response.headers, limit)
+        except BodyTooLarge:
+            return Reply(response.status_code, response.headers, b"", complete=False)
+        finally:
+            await response.aclose()
+        return Reply(response.status_code, response.headers, content)
 
     async def aclose(self) -> None:
         """Close the client if this endpoint built it (an injected client stays open)."""

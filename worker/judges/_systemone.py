@@ -16,7 +16,7 @@ import httpx
 from worker._json import compact_json
 
 from ._errors import InvalidReply
-from ._http import JsonEndpoint, RetryPolicy, check_api_key, check_base_url
+from ._http import DEFAULT_MAX_REPLY_BYTES, JsonEndpoint, RetryPolicy, check_api_key, check_base_url
 from ._strict import StrictJsonError, check_model, read_usage, strict_loads
 from ._validation import validate_response
 from ._wire import JudgeRequest, JudgeResponse, Usage
@@ -87,6 +87,7 @@ class SystemOneJudge:
         client: httpx.AsyncClient | None = None,
         *,
         policy: RetryPolicy | None = None,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         key = check_api_key(api_key)  # printable ASCII, no spaces (as typesafe-sdk requires)
         self._model = check_model(model)
@@ -102,6 +103,7 @@ class SystemOneJudge:
             headers=headers,
             client=client,
             policy=policy or RetryPolicy(),
+            max_reply_bytes=max_reply_bytes,
             secrets=(key,),
         )
 

@@ -14,8 +14,9 @@ Tables
     environment, tool), sampling (lane, rate, weight, rule), metric set, created_at.
 ``snapshot_contents``
     The snapshot's canonical JSON. The only place evaluated content lives, in a table of its
-    own so that retention can protect or expire it separately (an operator's maintenance step;
-    the API never deletes). Reading it back re-checks its hash.
+    own so that retention can protect or expire it separately: ``Store.purge_content(before)``
+    (``evalq purge --content-before``) deletes rows of snapshots recorded before a horizon it
+    records first. Reading it back re-checks its hash.
 ``evaluations``
     One per (snapshot_id, metric_set_version, run) — a UNIQUE constraint; ``run`` is ``""``
     unless an explicit re-run names itself. The id is deterministic:
@@ -45,6 +46,8 @@ Tables
     in ``redrives``; "open" dead letters are those without one.
 ``backfill_checkpoints``
     Append-only progress of backfills: (backfill id, source, offset, enqueued, recorded_at).
+``content_purges``
+    Retention horizons, one row per purge (``content_before``, ``requested_at``).
 ``sampling_tallies``
     Producers' sampling counts, one row per (tally id, rule, rate, lane, slice) with units seen
     and sampled (insert-if-absent: a redelivered tally adds nothing). ``sampled_out_counts``
@@ -52,9 +55,13 @@ Tables
 
 Guarantees
 ----------
-- Nothing is ever updated or deleted. Both databases enforce it themselves: triggers on every
-  table refuse UPDATE and DELETE (and TRUNCATE in PostgreSQL) whoever sends them. Operators may
-  add grants (INSERT/SELECT only for the worker role) on top.
+- Nothing is ever updated or deleted, except retention: a recorded purge may delete
+  ``snapshot_contents`` and empty ``dead_letters.payload`` older than its horizon, and nothing
+  else. Both databases enforce it themselves: triggers on every table refuse every other UPDATE
+  and DELETE (and TRUNCATE in PostgreSQL) whoever sends them. On PostgreSQL, give the worker a
+  role that may only INSERT/SELECT on tables another role owns and migrates
+  (``evalq store migrate``): the worker then needs no DDL rights and cannot drop a trigger
+  (docs/store-roles.md). SQLite has no roles: whoever can write the file can drop triggers.
 - Idempotent writes: a duplicate delivery of an evaluation writes nothing and returns the
   existing id with ``created=False``; earlier rows stay byte-for-byte unchanged.
 - An evaluation, its results, criteria and links commit together or not at all.
@@ -71,7 +78,12 @@ Guarantees
 Exceptions::
 
     StoreError                    .code: a reason code
-     ├── TransientStoreError      STORE_UNAVAILABLE (PostgreSQL) / STORE_BUSY (SQLite): retry later
+     ├── TransientStoreError      retry later; the message stays unacked, never a dead letter:
+     │                            STORE_UNAVAILABLE (cannot connect/open), STORE_BUSY (SQLite
+     │                            locked), STORE_FULL (disk full: SQLITE_FULL, PostgreSQL 53100),
+     │                            STORE_IO_ERROR (SQLite I/O error), STORE_REPLACED (the SQLite
+     │                            file was deleted or replaced under this process: every later
+     │                            call refuses until the process restarts)
      └── PermanentStoreError      STORE_FAILED, STORE_CLOSED, UNKNOWN_SNAPSHOT,
           │                       UNKNOWN_DEAD_LETTER, CONTENT_MISMATCH, SCHEMA_TOO_NEW, …
           └── AppendOnlyError APPEND_ONLY: the database refused an UPDATE/DELETE/TRUNCATE
@@ -92,6 +104,7 @@ from ._records import (
     OutcomeLink,
     OutcomeRecord,
     OutcomeWritten,
+    PurgeSummary,
     RequestUsage,
     ResultRow,
     SampledOutCount,
@@ -106,14 +119,16 @@ from ._records import (
     Written,
     evaluation_id_for,
 )
-from ._schema import APPEND_ONLY_TABLES
-from ._store import Store, open_store
+from ._schema import APPEND_ONLY_TABLES, EXPIRABLE_TABLES, SCHEMA_VERSION
+from ._store import Store, failure_line, open_store, store_location
 from ._url import SETTING as STORE_URL_SETTING
 from ._writes import PAYLOAD_LIMIT_BYTES
 
 __all__ = [
     "APPEND_ONLY_TABLES",
+    "EXPIRABLE_TABLES",
     "PAYLOAD_LIMIT_BYTES",
+    "SCHEMA_VERSION",
     "STORE_URL_SETTING",
     "AppendOnlyError",
     "Checkpoint",
@@ -127,6 +142,7 @@ __all__ = [
     "OutcomeRecord",
     "OutcomeWritten",
     "PermanentStoreError",
+    "PurgeSummary",
     "RecordScope",
     "RequestUsage",
     "ResultCount",
@@ -146,5 +162,7 @@ __all__ = [
     "TransientStoreError",
     "Written",
     "evaluation_id_for",
+    "failure_line",
     "open_store",
+    "store_location",
 ]

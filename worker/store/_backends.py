@@ -22,7 +22,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from ._errors import PermanentStoreError
+from ._errors import PermanentStoreError, TransientStoreError
 from ._turns import WriterTurns
 
 __all__ = [
@@ -78,6 +78,10 @@ class Backend(Protocol):
     @property
     def location(self) -> str:
         """The database file, or the PostgreSQL URL without its password."""
+        ...
+
+    def probe(self) -> None:
+        """Reach the database once, without retries: raises (driver errors) within seconds."""
         ...
 
     def transaction(self, *, write: bool, bulk: bool = False) -> AbstractContextManager[Tx]:
@@ -166,18 +170,42 @@ _SQLITE_PRAGMAS = (
 )
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path`` now, or None if there is none."""
+    try:
+        found = path.stat()
+    except OSError:  # deleted, or its directory is gone
+        return None
+    return (found.st_dev, found.st_ino)
+
+
 class SqliteBackend:
-    """One connection per thread (WAL lets readers run beside the single writer)."""
+    """One connection per thread (WAL lets readers run beside the single writer).
+
+    Every transaction first checks, and every write re-checks just before ``COMMIT``, that the
+    file at the path is still the one this process opened (device and inode). A database file
+    deleted or replaced under a running worker would otherwise keep taking commits into the
+    unlinked inode, and their messages would be acked (measured: 0 of 1,000 records visible
+    after a restart). SQLite's own check (``SQLITE_READONLY_DBMOVED``) only runs when a rollback
+    journal opens, never in WAL mode. Once detected, every transaction of this backend raises
+    ``TransientStoreError("STORE_REPLACED")`` (messages stay unacked) until the process is
+    restarted and opens, and migrates, whatever file is there now.
+    """
 
     dialect: Dialect = "sqlite"
     bulk_rows: int | None = SQLITE_BULK_ROWS
 
     def __init__(self, path: Path, *, busy_timeout_s: float) -> None:
         self._path = path.resolve()
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # unwritable or not a directory: nothing can be recorded there
+            raise TransientStoreError("STORE_UNAVAILABLE", type(exc).__name__) from None
         self._busy_timeout_s = busy_timeout_s
         self._turns = WriterTurns(self._path, timeout_s=busy_timeout_s)
         self._closed = False
+        self._identity: tuple[int, int] | None = None  # of the file the first connection opened
+        self._replaced = False
         self._reset()
 
     def _reset(self) -> None:
@@ -204,7 +232,24 @@ class SqliteBackend:
             raise PermanentStoreError("WAL_UNAVAILABLE", "the file system refused WAL mode")
         for pragma in _SQLITE_PRAGMAS:
             conn.execute(pragma)
+        identity = _file_identity(self._path)
+        if self._identity is None:
+            self._identity = identity
+        if identity is None or identity != self._identity:
+            conn.close()  # a later connection found another file at the path
+            self._replaced = True
+            raise _replaced_error()
         return conn
+
+    def probe(self) -> None:
+        """Open (or create) the file and read its catalogue once."""
+        self._connection().execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+
+    def _check_file(self) -> None:
+        """Raise ``STORE_REPLACED`` unless the file at the path is the one first opened."""
+        if self._replaced or _file_identity(self._path) != self._identity:
+            self._replaced = True
+            raise _replaced_error()
 
     def _connection(self) -> sqlite3.Connection:
         if self._pid != os.getpid():
@@ -234,9 +279,12 @@ class SqliteBackend:
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[Tx]:
         conn = self._connection()
+        self._check_file()
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             yield _SqliteTx(conn)
+            if write:
+                self._check_file()  # as late as possible: only a replacement within µs goes unseen
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -255,9 +303,14 @@ class SqliteBackend:
         self._turns.close()
 
 
+def _replaced_error() -> TransientStoreError:
+    return TransientStoreError("STORE_REPLACED", "the database file was deleted or replaced")
+
+
 # --- PostgreSQL ------------------------------------------------------------------------------
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_POOL_WAIT_S = 10.0
 
 
 @lru_cache(maxsize=256)
@@ -337,17 +390,28 @@ class PostgresBackend:
             (f"{self._lock_timeout_ms}ms", f"{max(self._lock_timeout_ms * 6, 60_000)}ms"),
         )
 
-    def _new_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
+    def _connect_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"autocommit": True}
-        if "connect_timeout" not in conninfo_to_dict(self._conninfo):
-            kwargs["connect_timeout"] = max(2, round(self._connect_timeout_s))
+        if "connect_timeout" not in conninfo_to_dict(self._conninfo):  # the URL's own wins
+            kwargs["connect_timeout"] = max(2, round(self._connect_timeout_s))  # libpq: >= 2 s
+        return kwargs
+
+    def probe(self) -> None:
+        """One direct connection, no pool and no retries: a refused port fails at once, an
+        unanswered one within the connect timeout (the pool would keep retrying until its own
+        timeout, and the store's retries on top made an unreachable server cost ~31 s)."""
+        with psycopg.connect(self._conninfo, **self._connect_kwargs()):
+            pass
+
+    def _new_pool(self) -> ConnectionPool[psycopg.Connection[Row]]:
         pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
             self._conninfo,
             min_size=1,
             max_size=self._pool_max_size,
-            kwargs=kwargs,
+            kwargs=self._connect_kwargs(),
             configure=self._configure,
-            timeout=self._connect_timeout_s,
+            # Waiting for a free pooled connection under load is not connecting: keep it long.
+            timeout=max(self._connect_timeout_s, _POOL_WAIT_S),
             name="evalq-store",
             open=False,
         )

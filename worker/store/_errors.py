@@ -30,7 +30,18 @@ APPEND_ONLY_SQLSTATE = "EQ001"
 # admin shutdown, cannot connect now, statement cancelled).
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 _TRANSIENT_CLASSES = frozenset({"08", "53", "57"})
+_PG_DISK_FULL = "53100"
+_PG_DENIED = "42501"  # insufficient_privilege: e.g. an INSERT/SELECT role asked for DDL
 _SQLITE_TRANSIENT = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+# A full disk (or max_page_count reached), an I/O error, a file that cannot be opened right now
+# or was moved: nothing was committed and nothing about the message is wrong, so it must stay
+# unacked (requeued with back-off), never become a dead letter.
+_SQLITE_RESOURCE = {
+    sqlite3.SQLITE_FULL: "STORE_FULL",
+    sqlite3.SQLITE_IOERR: "STORE_IO_ERROR",
+    sqlite3.SQLITE_CANTOPEN: "STORE_UNAVAILABLE",
+}
+_SQLITE_READONLY_DBMOVED = 1032  # SQLITE_READONLY | (4 << 8): the file was renamed or unlinked
 
 
 class StoreError(Exception):
@@ -42,7 +53,13 @@ class StoreError(Exception):
 
 
 class TransientStoreError(StoreError):
-    """Retrying later can succeed: leave the message unacked (it was not recorded)."""
+    """Retrying later can succeed: leave the message unacked (it was not recorded).
+
+    Codes: ``STORE_UNAVAILABLE`` (cannot connect / open), ``STORE_BUSY`` (SQLite locked),
+    ``STORE_FULL`` (disk full, SQLite ``SQLITE_FULL`` / PostgreSQL 53100), ``STORE_IO_ERROR``
+    (SQLite I/O error) and ``STORE_REPLACED`` (the SQLite file was deleted or replaced under
+    this process: it refuses every later transaction until restarted).
+    """
 
 
 class PermanentStoreError(StoreError):
@@ -53,13 +70,21 @@ class AppendOnlyError(PermanentStoreError):
     """The database refused an UPDATE, DELETE or TRUNCATE of a recorded row."""
 
 
+_PG_BY_STATE: dict[str, tuple[type[StoreError], str]] = {
+    APPEND_ONLY_SQLSTATE: (AppendOnlyError, "APPEND_ONLY"),
+    _PG_DISK_FULL: (TransientStoreError, "STORE_FULL"),
+    _PG_DENIED: (PermanentStoreError, "STORE_PERMISSION_DENIED"),
+}
+
+
 def _from_psycopg(exc: psycopg.Error) -> StoreError:
     state = exc.sqlstate
     detail = f"{type(exc).__module__}.{type(exc).__name__}, sqlstate {state}"
     if isinstance(exc, PoolClosed):
         return PermanentStoreError("STORE_CLOSED", detail)
-    if state == APPEND_ONLY_SQLSTATE:
-        return AppendOnlyError("APPEND_ONLY", detail)
+    if (known := _PG_BY_STATE.get(state or "")) is not None:
+        kind, code = known
+        return kind(code, detail)
     if state in _TRANSIENT_SQLSTATES or (state is not None and state[:2] in _TRANSIENT_CLASSES):
         return TransientStoreError("STORE_UNAVAILABLE", detail)
     # No SQLSTATE on an OperationalError means the client lost or never got a connection
@@ -75,8 +100,14 @@ def _from_sqlite(exc: sqlite3.Error) -> StoreError:
     detail = f"sqlite3.{type(exc).__name__}, {name}"
     if name == "SQLITE_CONSTRAINT_TRIGGER":
         return AppendOnlyError("APPEND_ONLY", detail)
-    if code is not None and code & 0xFF in _SQLITE_TRANSIENT:
+    if code is None:
+        return PermanentStoreError("STORE_FAILED", detail)
+    if code & 0xFF in _SQLITE_TRANSIENT:
         return TransientStoreError("STORE_BUSY", detail)
+    if code == _SQLITE_READONLY_DBMOVED:
+        return TransientStoreError("STORE_REPLACED", detail)
+    if (reason := _SQLITE_RESOURCE.get(code & 0xFF)) is not None:
+        return TransientStoreError(reason, detail)
     return PermanentStoreError("STORE_FAILED", detail)
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "OutcomeLink",
     "OutcomeRecord",
     "OutcomeWritten",
+    "PurgeSummary",
     "RequestUsage",
     "ResultRow",
     "SampledOutCount",
@@ -593,6 +594,22 @@ class DeadLetter(_Record):
     payload_size: int
     payload_sha256: str
     truncated: bool
+
+    @property
+    def payload_expired(self) -> bool:
+        """True once a retention purge emptied the payload (size and sha256 are kept)."""
+        return not self.payload and self.payload_size > 0
+
+
+class PurgeSummary(_Record):
+    """What one retention purge expired; every record (metadata, results) stays readable."""
+
+    content_before: UtcTime
+    requested_at: UtcTime
+    contents_removed: int = Field(ge=0)
+    """``snapshot_contents`` rows deleted (snapshots created before ``content_before``)."""
+    payloads_cleared: int = Field(ge=0)
+    """Dead letters received before ``content_before`` whose payload was emptied."""
 
 
 class Checkpoint(_Record):

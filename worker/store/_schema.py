@@ -13,13 +13,21 @@ from typing import Literal
 from ._backends import Tx
 from ._errors import APPEND_ONLY_SQLSTATE, PermanentStoreError
 
-__all__ = ["APPEND_ONLY_TABLES", "BYTEWISE", "SCHEMA_VERSION", "Dialect", "migrate"]
+__all__ = [
+    "APPEND_ONLY_TABLES",
+    "BYTEWISE",
+    "SCHEMA_VERSION",
+    "Dialect",
+    "migrate",
+    "schema_is_current",
+]
 
 Dialect = Literal["sqlite", "postgresql"]
-SCHEMA_VERSION = 2
-"""2 added ``sampling_tallies`` and the ``snapshots_by_rule`` index. Every statement is idempotent
-(``IF NOT EXISTS``, triggers dropped and re-created), so a version-1 database is upgraded by
-running them all again."""
+SCHEMA_VERSION = 3
+"""2 added ``sampling_tallies`` and the ``snapshots_by_rule`` index; 3 added ``content_purges``
+and the triggers that let a recorded purge (and nothing else) expire old snapshot contents and
+dead-letter payloads. Every statement is idempotent (``IF NOT EXISTS``, triggers dropped and
+re-created), so an older database is upgraded by running them all again."""
 
 BYTEWISE: dict[str, str] = {"sqlite": "COLLATE BINARY", "postgresql": 'COLLATE "C"'}
 """Byte-wise text order per dialect: a prefix is then one contiguous index range, whatever the
@@ -183,6 +191,14 @@ _TABLES = (
     sampled {int} NOT NULL CHECK (sampled >= 0 AND sampled <= seen),
     received_at {time} NOT NULL,
     UNIQUE (tally_id, row_key))""",
+    # Retention, recorded: each purge appends its horizon. The triggers let snapshot contents
+    # created before the latest horizon be deleted, and dead-letter payloads received before it
+    # be emptied, and refuse every other UPDATE or DELETE.
+    """CREATE TABLE IF NOT EXISTS content_purges (
+    seq {seq},
+    content_before {time} NOT NULL,
+    requested_at {time} NOT NULL,
+    CHECK (content_before <= requested_at))""",
 )
 
 APPEND_ONLY_TABLES = (
@@ -198,8 +214,37 @@ APPEND_ONLY_TABLES = (
     "redrives",
     "backfill_checkpoints",
     "sampling_tallies",
+    "content_purges",
 )
-"""Every table: none of them ever sees an UPDATE or DELETE."""
+"""Every table: none of them ever sees an UPDATE or DELETE, except the retention expiry of
+``EXPIRABLE_TABLES`` that a recorded purge allows (:meth:`Store.purge_content`)."""
+
+EXPIRABLE_TABLES = ("snapshot_contents", "dead_letters")
+"""Rows of ``snapshot_contents`` older than a recorded purge may be deleted; the payload of such
+``dead_letters`` may be emptied (every other column unchanged). Nothing else, ever."""
+
+_HORIZON = "(SELECT max(content_before) FROM content_purges)"
+_DEAD_LETTER_KEPT = (
+    "seq",
+    "dead_letter_id",
+    "received_at",
+    "reason",
+    "task",
+    "lane",
+    "payload_size",
+    "payload_sha256",
+    "truncated",
+)
+# One condition per expirable table, shared by both dialects (``IS`` / ``IS NOT DISTINCT FROM``
+# differ, so the null-safe comparison is written per dialect below).
+_CONTENT_EXPIRES = f"""EXISTS (SELECT 1 FROM snapshots s WHERE s.snapshot_id = OLD.snapshot_id
+    AND s.created_at < {_HORIZON})"""  # noqa: S608 - a fixed fragment of our own
+
+
+def _payload_expires(same: str) -> str:
+    kept = " AND ".join(f"NEW.{c} {same} OLD.{c}" for c in _DEAD_LETTER_KEPT)
+    return f"length(NEW.payload) = 0 AND {kept} AND OLD.received_at < {_HORIZON}"
+
 
 _PG_REFUSE = f"""CREATE OR REPLACE FUNCTION evalq_refuse_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -210,25 +255,62 @@ END
 $$"""
 
 
+def _pg_expiry(table: str, op: str, condition: str, row: str) -> str:
+    """A trigger function for one expirable table: ``op`` passes when ``condition`` holds."""
+    return f"""CREATE OR REPLACE FUNCTION evalq_expire_{table}() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = '{op}' THEN
+        IF coalesce({condition}, false) THEN
+            RETURN {row};
+        END IF;
+    END IF;
+    RAISE EXCEPTION 'evalq: % on % refused: records are append-only', TG_OP, TG_TABLE_NAME
+        USING ERRCODE = '{APPEND_ONLY_SQLSTATE}';
+END
+$$"""
+
+
+# plpgsql resolves every field a condition names, so each table gets a function of its own.
+_PG_EXPIRY = (
+    _pg_expiry("snapshot_contents", "DELETE", _CONTENT_EXPIRES, "OLD"),
+    _pg_expiry("dead_letters", "UPDATE", _payload_expires("IS NOT DISTINCT FROM"), "NEW"),
+)
+
+
 def _pg_triggers(table: str) -> tuple[str, ...]:
+    guard = f"evalq_expire_{table}" if table in EXPIRABLE_TABLES else "evalq_refuse_change"
     return (
         f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}",
         f"""CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table}
-        FOR EACH ROW EXECUTE FUNCTION evalq_refuse_change()""",
+        FOR EACH ROW EXECUTE FUNCTION {guard}()""",
         f"DROP TRIGGER IF EXISTS {table}_no_truncate ON {table}",
         f"""CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
         FOR EACH STATEMENT EXECUTE FUNCTION evalq_refuse_change()""",
     )
 
 
+_SQLITE_ALLOWED = {
+    ("snapshot_contents", "DELETE"): _CONTENT_EXPIRES,
+    ("dead_letters", "UPDATE"): _payload_expires("IS"),
+}
+
+
 def _sqlite_triggers(table: str) -> tuple[str, ...]:
     # SQLite has no TRUNCATE; its DELETE-all optimisation is disabled by any DELETE trigger.
-    return tuple(
-        f"""CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table}
+    # Dropped and re-created, so an upgrade replaces an older version's trigger.
+    statements: list[str] = []
+    for op in ("UPDATE", "DELETE"):
+        name = f"{table}_no_{op.lower()}"
+        allowed = _SQLITE_ALLOWED.get((table, op))
+        when = f" WHEN NOT coalesce({allowed}, 0)" if allowed else ""
+        statements += [
+            f"DROP TRIGGER IF EXISTS {name}",
+            f"""CREATE TRIGGER {name} BEFORE {op} ON {table}{when}
         BEGIN SELECT RAISE(ABORT, 'evalq: {op} on {table} refused: records are append-only');
-        END"""
-        for op in ("UPDATE", "DELETE")
-    )
+        END""",
+        ]
+    return tuple(statements)
 
 
 def statements(dialect: Dialect) -> tuple[str, ...]:
@@ -236,22 +318,48 @@ def statements(dialect: Dialect) -> tuple[str, ...]:
     tables = tuple(sql.format(**_TYPES[dialect]) for sql in _TABLES)
     if dialect == "postgresql":
         triggers = tuple(s for t in APPEND_ONLY_TABLES for s in _pg_triggers(t))
-        return (*tables, _PG_REFUSE, *triggers)
+        return (*tables, _PG_REFUSE, *_PG_EXPIRY, *triggers)
     return (*tables, *(s for t in APPEND_ONLY_TABLES for s in _sqlite_triggers(t)))
+
+
+def _recorded_versions(tx: Tx, dialect: Dialect) -> set[int] | None:
+    """Versions in ``evalq_schema``, or None when the table does not exist (no DDL needed)."""
+    if dialect == "postgresql":
+        (found,) = tx.rows("SELECT to_regclass('evalq_schema') IS NOT NULL")[0]
+    else:
+        found = bool(tx.rows("SELECT 1 FROM sqlite_master WHERE name = 'evalq_schema'"))
+    if not found:
+        return None
+    return {int(v) for (v,) in tx.rows("SELECT version FROM evalq_schema")}
+
+
+def _check_not_newer(versions: set[int] | None) -> None:
+    if versions and max(versions) > SCHEMA_VERSION:
+        raise PermanentStoreError("SCHEMA_TOO_NEW", f"database has version {max(versions)}")
+
+
+def schema_is_current(tx: Tx, dialect: Dialect) -> bool:
+    """Whether this schema version is recorded (read-only: works for an INSERT/SELECT role)."""
+    versions = _recorded_versions(tx, dialect)
+    _check_not_newer(versions)
+    return versions is not None and SCHEMA_VERSION in versions
 
 
 def migrate(tx: Tx, dialect: Dialect) -> bool:
     """Create the schema unless this version is recorded; return whether anything was created.
 
-    Concurrent workers starting together serialize on a lock, so only one creates the tables.
+    A current schema is recognised with reads only, so a worker whose role may only INSERT and
+    SELECT (tables owned by another role, created by ``evalq store migrate``) starts without
+    DDL rights. Concurrent workers starting together serialize on a lock, so only one creates
+    the tables. A role without DDL rights facing an old or missing schema gets
+    ``SCHEMA_NOT_MIGRATED`` (run ``evalq store migrate`` as the owner).
     """
-    tx.lock("evalq.migrate")
-    tx.run(_SCHEMA_TABLE.format(**_TYPES[dialect]))
-    versions = {int(v) for (v,) in tx.rows("SELECT version FROM evalq_schema")}
-    if versions and max(versions) > SCHEMA_VERSION:
-        raise PermanentStoreError("SCHEMA_TOO_NEW", f"database has version {max(versions)}")
-    if SCHEMA_VERSION in versions:
+    if schema_is_current(tx, dialect):
         return False
+    tx.lock("evalq.migrate")
+    if schema_is_current(tx, dialect):  # another worker created it while we waited
+        return False
+    tx.run(_SCHEMA_TABLE.format(**_TYPES[dialect]))
     for sql in statements(dialect):
         tx.run(sql)
     tx.run(

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import stamina
 
-from ._backends import Backend, PostgresBackend, SqliteBackend, Tx
+from ._backends import Backend, PostgresBackend, SqliteBackend, Tx, redacted
 from ._batch import (
     EvaluationItem,
     PreparedBatch,
@@ -24,7 +24,7 @@ from ._batch import (
     prepare_evaluations,
     write_evaluations,
 )
-from ._errors import TransientStoreError, translating
+from ._errors import PermanentStoreError, TransientStoreError, translating
 from ._reads import (
     EvaluationRow,
     LinkedOutcome,
@@ -62,6 +62,7 @@ from ._records import (
     OutcomeLink,
     OutcomeRecord,
     OutcomeWritten,
+    PurgeSummary,
     ResultRow,
     SampledOutCount,
     SnapshotRecord,
@@ -71,19 +72,20 @@ from ._records import (
     Written,
     evaluation_id_for,
 )
-from ._schema import migrate
-from ._url import PostgresTarget, parse_store_url
+from ._schema import migrate, schema_is_current
+from ._url import SETTING, PostgresTarget, parse_store_url
 from ._writes import (
     write_checkpoint,
     write_dead_letter,
     write_evaluation,
     write_outcome,
+    write_purge,
     write_redrive,
     write_snapshot,
     write_tally,
 )
 
-__all__ = ["Store", "open_store"]
+__all__ = ["Store", "failure_line", "open_store", "store_location"]
 
 T = TypeVar("T")
 
@@ -95,6 +97,11 @@ def _bulk_write(batch: PreparedBatch) -> Callable[[Tx], list[Written]]:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _retry_here(exc: Exception) -> bool:
+    """Transient errors worth retrying inside the call (a replaced file never comes back)."""
+    return isinstance(exc, TransientStoreError) and exc.code != "STORE_REPLACED"
 
 
 class Store:
@@ -119,7 +126,7 @@ class Store:
 
     def _run(self, work: Callable[[Tx], T], *, write: bool = True, bulk: bool = False) -> T:
         for attempt in stamina.retry_context(
-            on=TransientStoreError,
+            on=_retry_here,
             attempts=self._retry_attempts,
             timeout=self._retry_timeout_s,
             wait_initial=0.05,
@@ -132,10 +139,33 @@ class Store:
 
     # --- writes ----------------------------------------------------------------------------
 
+    def probe(self) -> None:
+        """Reach the database once, no retries: ``STORE_UNAVAILABLE`` within the connect timeout.
+
+        :func:`open_store` calls it first, so every command fails fast on an unreachable store.
+        """
+        with translating():
+            self._backend.probe()
+
     def migrate(self) -> bool:
-        """Create the schema if this version is not recorded yet; True if it was created."""
+        """Create the schema if this version is not recorded yet; True if it was created.
+
+        A current schema is recognised with reads only (no DDL rights needed). Otherwise the
+        DDL runs; a role that may not run it gets ``SCHEMA_NOT_MIGRATED``: run
+        ``evalq store migrate`` (this method) as the role that owns the tables.
+        """
         dialect = self._backend.dialect
-        return self._run(lambda tx: migrate(tx, dialect))
+        try:
+            return self._run(lambda tx: migrate(tx, dialect))
+        except PermanentStoreError as exc:
+            if exc.code != "STORE_PERMISSION_DENIED":
+                raise
+            raise PermanentStoreError("SCHEMA_NOT_MIGRATED", "run evalq store migrate") from None
+
+    def schema_is_current(self) -> bool:
+        """Whether this version's schema is recorded (``SCHEMA_TOO_NEW`` if a newer one is)."""
+        dialect = self._backend.dialect
+        return self._run(lambda tx: schema_is_current(tx, dialect), write=False)
 
     def put_snapshot(self, record: StoredSnapshot) -> Written:
         """Insert the snapshot if absent."""
@@ -226,6 +256,22 @@ class Store:
         now = _now()
         written = self._run(lambda tx: write_tally(tx, tally, now))
         return Written(tally.tally_id, created=written > 0)
+
+    def purge_content(self, before: datetime) -> PurgeSummary:
+        """Expire evaluated content older than ``before``; every record stays readable.
+
+        Deletes the ``snapshot_contents`` of snapshots created before ``before`` and empties the
+        payload of dead letters received before it (their size and sha256 stay). The horizon is
+        recorded first (``content_purges``), and the append-only triggers allow exactly these
+        changes below the latest recorded horizon, nothing else. ``before`` must be
+        timezone-aware and not in the future (``ValueError``). Run it as the tables' owner role.
+        """
+        if before.tzinfo is None:
+            raise ValueError("before must be timezone-aware")
+        now = _now()
+        if before > now:
+            raise ValueError("before must not be in the future")
+        return self._run(lambda tx: write_purge(tx, before.astimezone(UTC), now))
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -403,7 +449,7 @@ def open_store(
     migrate: bool = True,
     pool_max_size: int = 4,
     busy_timeout_s: float = 5.0,
-    connect_timeout_s: float = 10.0,
+    connect_timeout_s: float = 3.0,
     lock_timeout_s: float = 10.0,
     retry_attempts: int = 5,
     retry_timeout_s: float = 30.0,
@@ -414,6 +460,11 @@ def open_store(
     ``postgresql://…`` (or ``postgres://…``) a psycopg pool of at most ``pool_max_size``
     connections per process. Anything else raises ``ValueError`` naming ``EVALQ_STORE_URL``.
     Connections open lazily and again after a fork, so opening before forking is safe.
+
+    The database is reached once first (:meth:`Store.probe`, no retries): an unreachable store
+    raises ``TransientStoreError("STORE_UNAVAILABLE")`` within ``connect_timeout_s`` (libpq
+    rounds it up to whole seconds, at least 2). ``migrate=True`` then creates or upgrades the
+    schema unless it is current (:meth:`Store.migrate`).
     """
     target = parse_store_url(url)
     backend: Backend
@@ -427,10 +478,29 @@ def open_store(
     else:
         backend = SqliteBackend(target.path, busy_timeout_s=busy_timeout_s)
     store = Store(backend, retry_attempts=retry_attempts, retry_timeout_s=retry_timeout_s)
-    if migrate:
-        try:
+    try:
+        store.probe()
+        if migrate:
             store.migrate()
-        except BaseException:
-            store.close()
-            raise
+    except BaseException:
+        store.close()
+        raise
     return store
+
+
+def store_location(url: str) -> str:
+    """Where ``url`` points, safe to print: the absolute SQLite path or the URL sans password."""
+    target = parse_store_url(url)
+    if isinstance(target, PostgresTarget):
+        return redacted(target.conninfo)
+    return str(target.path.resolve())
+
+
+def failure_line(url: str, code: str) -> str:
+    """The one line every command prints when the store fails: ``EVALQ_STORE_URL: … (CODE)``."""
+    try:
+        where = store_location(url)
+    except ValueError:
+        return f"{SETTING}: the store URL is invalid ({code})"
+    problem = "is unreachable" if code == "STORE_UNAVAILABLE" else "cannot be used"
+    return f"{SETTING}: {where} {problem} ({code})"

@@ -21,6 +21,7 @@ from ._records import (
     EvaluationRecord,
     OutcomeRecord,
     OutcomeWritten,
+    PurgeSummary,
     RequestUsage,
     StoredSnapshot,
     TallyRecord,
@@ -33,6 +34,7 @@ __all__ = [
     "write_dead_letter",
     "write_evaluation",
     "write_outcome",
+    "write_purge",
     "write_redrive",
     "write_snapshot",
     "write_tally",
@@ -375,4 +377,27 @@ def write_tally(tx: Tx, tally: TallyRecord, now: datetime) -> int:
     return sum(
         tx.run(_INSERT_TALLY_ROW, {**head, **row.model_dump(), "row_key": row.key, "now": now})
         for row in tally.rows
+    )
+
+
+# --- retention -------------------------------------------------------------------------------
+
+_RECORD_PURGE = """INSERT INTO content_purges (content_before, requested_at)
+VALUES (:before, :now)"""
+_EXPIRE_CONTENTS = """DELETE FROM snapshot_contents WHERE snapshot_id IN (
+    SELECT snapshot_id FROM snapshots WHERE created_at < :before)"""
+_EXPIRE_PAYLOADS = """UPDATE dead_letters SET payload = :empty
+WHERE received_at < :before AND length(payload) > 0"""
+
+
+def write_purge(tx: Tx, before: datetime, now: datetime) -> PurgeSummary:
+    """Record the purge horizon, then expire what the triggers now allow (and only that)."""
+    tx.run(_RECORD_PURGE, {"before": before, "now": now})
+    removed = tx.run(_EXPIRE_CONTENTS, {"before": before})
+    cleared = tx.run(_EXPIRE_PAYLOADS, {"before": before, "empty": b""})
+    return PurgeSummary(
+        content_before=before,
+        requested_at=now,
+        contents_removed=max(0, removed),
+        payloads_cleared=max(0, cleared),
     )

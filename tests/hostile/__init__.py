@@ -1,0 +1,1 @@
+"""Test package (lets mypy and pytest tell same-named modules apart)."""
