@@ -3,7 +3,8 @@
 Two kinds of format:
 
 - *record* formats hold one whole trace per JSON value (a JSONL line or an array item):
-  ``openai_chat``, ``openai_responses``, ``anthropic``, ``chat_exchange``, ``fields``;
+  ``openai_chat``, ``openai_responses``, ``anthropic``, ``chat_exchange``, ``chat_stream``
+  (a request with its streamed ``chat.completion.chunk`` list), ``fields``;
 - *group* formats spread a trace over many spans or runs, possibly across lines (OTLP export
   batches, LangSmith run posts/patches): ``otlp`` (auto: OpenInference when a trace carries
   ``openinference.span.kind``, else OTel GenAI), ``otel_genai``, ``openinference``, ``langsmith``.
@@ -19,7 +20,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import anthropic, chat_exchange, fields, langsmith, openai_chat, openai_responses, otlp
+from . import (
+    anthropic,
+    chat_exchange,
+    chat_stream,
+    fields,
+    langsmith,
+    openai_chat,
+    openai_responses,
+    otlp,
+)
 from ._common import (
     AMBIGUOUS_CALL_ID,
     TRUNCATED_CONTENT,
@@ -99,6 +109,7 @@ FORMATS: dict[str, Format] = {
         ),
         RecordFormat(openai_responses.NAME, openai_responses.detect, openai_responses.parse),
         RecordFormat(anthropic.NAME, anthropic.detect, anthropic.parse),
+        RecordFormat(chat_stream.NAME, chat_stream.detect, chat_stream.parse),
         RecordFormat(chat_exchange.NAME, chat_exchange.detect, chat_exchange.parse),
         RecordFormat(openai_chat.NAME, openai_chat.detect, openai_chat.parse),
     )

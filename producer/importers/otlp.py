@@ -558,9 +558,7 @@ def _openinference(key: str, items: _Items) -> ParsedTrace:
     limit = _oi_cut_length(llms)
     calls = [_oi_call(s, limit) for s in llms]
     tools = [
-        _oi_tool(s, limit)
-        for s in items.spans
-        if s.attrs.get("openinference.span.kind") == "TOOL"
+        _oi_tool(s, limit) for s in items.spans if s.attrs.get("openinference.span.kind") == "TOOL"
     ]
     catalog, catalog_cut = _oi_catalog(llms[-1]) if llms else (None, False)
     trace = _trace(

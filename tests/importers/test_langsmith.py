@@ -30,9 +30,9 @@ def _runs_of(lines: list[dict[str, Any]], thread: str) -> list[dict[str, Any]]:
     """The runs (post entries) of one thread's traces, copied."""
     runs = [run for line in lines for run in line.get("post", []) + line.get("patch", [])]
     ids = {
-        r["trace_id"] for r in runs if (r.get("extra") or {}).get("metadata", {}).get(
-            "thread_id"
-        ) == thread
+        r["trace_id"]
+        for r in runs
+        if (r.get("extra") or {}).get("metadata", {}).get("thread_id") == thread
     }
     return copy.deepcopy([r for r in runs if r["trace_id"] in ids])
 
