@@ -6,8 +6,10 @@ Two kinds of format:
   ``openai_chat``, ``openai_responses``, ``anthropic``, ``chat_exchange``, ``chat_stream``
   (a request with its streamed ``chat.completion.chunk`` list), ``fields``;
 - *group* formats spread a trace over many spans or runs, possibly across lines (OTLP export
-  batches, LangSmith run posts/patches): ``otlp`` (auto: OpenInference when a trace carries
-  ``openinference.span.kind``, else OTel GenAI), ``otel_genai``, ``openinference``, ``langsmith``.
+  batches, LangSmith run posts/patches, Langfuse observation pages): ``otlp`` (auto:
+  OpenInference when a trace carries ``openinference.span.kind``, else OTel GenAI),
+  ``otel_genai``, ``openinference``, ``langsmith``, ``langfuse`` (a trace export with its
+  observations, or ``/api/public/v2/observations`` pages).
   Their items are grouped by trace id (or conversation id for sessions) before parsing.
 
 :func:`detect` picks the format of one JSON value (auto-detection is per line); :data:`FORMATS`
@@ -25,6 +27,7 @@ from . import (
     chat_exchange,
     chat_stream,
     fields,
+    langfuse,
     langsmith,
     openai_chat,
     openai_responses,
@@ -107,6 +110,7 @@ FORMATS: dict[str, Format] = {
         GroupFormat(
             langsmith.NAME, langsmith.detect, langsmith.split, langsmith.parse, langsmith.merge
         ),
+        GroupFormat(langfuse.NAME, langfuse.detect, langfuse.split, langfuse.parse, langfuse.merge),
         RecordFormat(openai_responses.NAME, openai_responses.detect, openai_responses.parse),
         RecordFormat(anthropic.NAME, anthropic.detect, anthropic.parse),
         RecordFormat(chat_stream.NAME, chat_stream.detect, chat_stream.parse),
