@@ -268,3 +268,19 @@ def test_openinference_without_a_proven_limit_nothing_is_flagged(
     results = [e for e in weather.events if e.type is EventType.TOOL_RESULT]
     assert long_text in [e.text for e in results]
     assert weather.trace().issues == ()
+
+
+def test_openinference_generated_empty_catalog(traces: Path) -> None:
+    """``tools=[]`` leaves no llm.tools.*; the raw request says "none offered": empty, not None."""
+    (empty,) = _by_session(traces / "openinference.jsonl")["sess-empty_tools"]
+    assert empty.tools == ()
+
+
+def test_openinference_anthropic_reads_the_same_detected_or_forced(
+    traces: Path, signatures: Sigs
+) -> None:
+    """format=auto, "otlp" and "openinference" agree on the Anthropic OpenInference file."""
+    path = traces / "openinference_anthropic.jsonl"
+    auto = [signatures(s.events) for s in read_snapshots(path)]
+    for fmt in ("otlp", "openinference"):
+        assert [signatures(s.events) for s in read_snapshots(path, format=fmt)] == auto
