@@ -2,7 +2,8 @@
 
 Apps and gateways that stream (``stream=True``) log the request with the
 ``chat.completion.chunk`` objects as they arrived (``chunks``, or ``response`` holding the list).
-The chunks are assembled the way the SDK assembles them, then read exactly like the
+A gateway that keeps the raw ``text/event-stream`` body (``"response": "data: {...}\n\n..."``)
+is read too. The chunks are assembled the way the SDK assembles them, then read exactly like the
 non-streamed ``chat_exchange`` response: ``choices[0]``'s ``delta.content`` (and ``refusal``)
 pieces are joined; ``delta.tool_calls`` fragments are joined **by index** (only the first
 fragment carries ``id`` and ``function.name``; ``function.arguments`` arrives in pieces); the
@@ -13,6 +14,8 @@ chunk's ``created`` stamps the answer; its ``id`` names the trace when the recor
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +37,7 @@ from ._common import (
 )
 from .openai_chat import add_message, trace_id_of
 
-__all__ = ["NAME", "assemble", "detect", "parse"]
+__all__ = ["NAME", "assemble", "detect", "parse", "sse_chunks"]
 
 NAME = "chat_stream"
 
@@ -44,14 +47,39 @@ def _chunks_of(record: Mapping[str, Any]) -> object:
     return chunks if chunks is not None else record.get("response")
 
 
+_SSE_DATA = re.compile(r"^data:", re.MULTILINE)
+
+
+def _is_sse(value: object) -> bool:
+    """An event-stream body: some line is a ``data:`` field (comments may come first)."""
+    return isinstance(value, str) and _SSE_DATA.search(value) is not None
+
+
 def detect(record: Mapping[str, Any]) -> bool:
-    """A ``request`` with ``messages`` and a list of chunks (``chunks`` or ``response``)."""
+    """A ``request`` with ``messages`` and its chunks (a list, or the raw SSE body text)."""
     request = record.get("request")
+    chunks = _chunks_of(record)
     return (
         isinstance(request, dict)
         and isinstance(request.get("messages"), list)
-        and isinstance(_chunks_of(record), list)
+        and (isinstance(chunks, list) or _is_sse(chunks))
     )
+
+
+def sse_chunks(body: str, path: str) -> list[Any]:
+    """The chunk objects of a raw ``text/event-stream`` body (``data: {...}`` events)."""
+    chunks: list[Any] = []
+    for number, line in enumerate(body.splitlines(), start=1):
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, ``event:``/``id:`` fields
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            break
+        try:
+            chunks.append(json.loads(data))
+        except ValueError:
+            raise FieldError(path, "INVALID_FIELD", f"event line {number} is not JSON") from None
+    return chunks
 
 
 @dataclass
@@ -145,7 +173,11 @@ def parse(record: dict[str, Any], fallback_id: str) -> list[ParsedTrace]:
     """One trace: the request's history, then the assembled stream's message."""
     request = req_obj(record, "request")
     key = "chunks" if record.get("chunks") is not None else "response"
-    stream = assemble(req_list(record, key), key)
+    raw = record.get(key)
+    chunks = (
+        sse_chunks(raw, key) if isinstance(raw, str) and _is_sse(raw) else req_list(record, key)
+    )
+    stream = assemble(chunks, key)
     builder = EventBuilder(trace_id_of(record, stream.id or fallback_id))
     for index, message in enumerate(req_list(request, "messages", "request")):
         add_message(builder, message, f"request.messages[{index}]")

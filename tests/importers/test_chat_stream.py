@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -113,3 +114,20 @@ def test_fragment_without_index_is_rejected_with_its_path(
     (rejected,) = report.rejected
     assert rejected.field == f"chunks[{position}].choices[0].delta.tool_calls[0].index"
     assert rejected.code == "INVALID_FIELD"
+
+
+def test_raw_event_stream_body_reads_like_the_chunks(
+    fixture_lines: Lines, write_jsonl: Writer, signatures: Sigs
+) -> None:
+    """A gateway's raw SSE body (``data: {...}`` events, ``[DONE]``) gives the same trace."""
+    line = _line(fixture_lines("openai_stream.jsonl"), "stream-weather-calls")
+    (want,) = read_snapshots(write_jsonl([line]))
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in line.pop("chunks"))
+    line["response"] = ": keep-alive\n\n" + body + "data: [DONE]\n\n"
+    (got,) = read_snapshots(write_jsonl([line]))
+    assert got.source == "chat_stream"
+    assert signatures(got.events) == signatures(want.events)
+    line["response"] = "data: {not json\n\n"
+    report = ImportErrorReport()
+    assert list(read_snapshots(write_jsonl([line]), report=report)) == []
+    assert [(r.field, r.code) for r in report.rejected] == [("response", "INVALID_FIELD")]
