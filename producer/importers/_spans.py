@@ -82,8 +82,10 @@ def build_events(trace_id: str, calls: Sequence[ChatCall], tools: Sequence[ToolR
     """Events of one trace from its model calls (in start order) and tool runs.
 
     A call whose input was cut contributes its output flagged ``TRUNCATED_CONTENT`` (the tool
-    results it was given are lost with the input); an unparsable output becomes an empty
-    assistant event with that flag. Nothing is repaired.
+    results it was given are lost with the input); a missing output (``outputs is None``: cut,
+    or the call never returned) becomes an empty assistant event flagged with the call's
+    ``output_issues`` (``TRUNCATED_CONTENT`` when it has none). Nothing is repaired. A result
+    whose tool run failed is an error result (see :func:`_with_error`).
     """
     builder = EventBuilder(trace_id)
     base = _last_intact(calls)

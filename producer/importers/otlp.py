@@ -13,12 +13,19 @@ span arrives. Per trace:
 - **OpenInference**: ``llm.input_messages.N.message.*`` flattened attributes on LLM spans, TOOL
   spans (``tool.id``/``tool_call.id``, ``output.value``), catalog ``llm.tools.N.tool.json_schema``
   (or, when absent, the raw request's ``tools`` in ``input.value``: ``[]`` stays empty).
+  Content parts ``message.contents.K`` of type ``tool_use``/``tool_call`` (Anthropic's
+  instrumentation writes each ``tool_use`` block there *and* under ``message.tool_calls``) are
+  calls, counted once by id; a failed TOOL span (status ERROR) makes its result an error result.
 
 A JSON attribute cut by a length limit stays cut: the events it would have given are replaced by
-``TRUNCATED_CONTENT`` flags. A parent span missing from the file (it never ended: a crash) makes
-the trace incomplete (``MISSING_PARENT_SPAN``); a span with no end time is in-flight work, so the
-trace is not ready. Traces with no GenAI content (capture off, non-GenAI spans) are not ready
-with ``NO_CONTENT``. Spans are ordered by start time then depth; pairing is by call id only.
+``TRUNCATED_CONTENT`` flags. OpenInference's flattened values are plain strings, so a cut one
+may still look whole: when an LLM span's JSON ``input.value``/``output.value`` no longer parses,
+its length is the exporter's limit, and every message value or TOOL ``output.value`` that long
+is flagged ``TRUNCATED_CONTENT`` (as is a JSON-looking tool result that does not parse).
+A parent span missing from the file (it never ended: a crash) makes the trace incomplete
+(``MISSING_PARENT_SPAN``); a span with no end time is in-flight work, so the trace is not
+ready. Traces with no GenAI content (capture off, non-GenAI spans) are not ready with
+``NO_CONTENT``. Spans are ordered by start time then depth; pairing is by call id only.
 """
 
 from __future__ import annotations
