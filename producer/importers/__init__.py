@@ -3,10 +3,13 @@
 Two kinds of format:
 
 - *record* formats hold one whole trace per JSON value (a JSONL line or an array item):
-  ``openai_chat``, ``openai_responses``, ``anthropic``, ``chat_exchange``, ``fields``;
+  ``openai_chat``, ``openai_responses``, ``anthropic``, ``chat_exchange``, ``chat_stream``
+  (a request with its streamed ``chat.completion.chunk`` list), ``fields``;
 - *group* formats spread a trace over many spans or runs, possibly across lines (OTLP export
-  batches, LangSmith run posts/patches): ``otlp`` (auto: OpenInference when a trace carries
-  ``openinference.span.kind``, else OTel GenAI), ``otel_genai``, ``openinference``, ``langsmith``.
+  batches, LangSmith run posts/patches, Langfuse observation pages): ``otlp`` (auto:
+  OpenInference when a trace carries ``openinference.span.kind``, else OTel GenAI),
+  ``otel_genai``, ``openinference``, ``langsmith``, ``langfuse`` (a trace export with its
+  observations, or ``/api/public/v2/observations`` pages).
   Their items are grouped by trace id (or conversation id for sessions) before parsing.
 
 :func:`detect` picks the format of one JSON value (auto-detection is per line); :data:`FORMATS`
@@ -19,7 +22,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import anthropic, chat_exchange, fields, langsmith, openai_chat, openai_responses, otlp
+from . import (
+    anthropic,
+    chat_exchange,
+    chat_stream,
+    fields,
+    langfuse,
+    langsmith,
+    openai_chat,
+    openai_responses,
+    otlp,
+)
 from ._common import (
     AMBIGUOUS_CALL_ID,
     TRUNCATED_CONTENT,
@@ -97,8 +110,10 @@ FORMATS: dict[str, Format] = {
         GroupFormat(
             langsmith.NAME, langsmith.detect, langsmith.split, langsmith.parse, langsmith.merge
         ),
+        GroupFormat(langfuse.NAME, langfuse.detect, langfuse.split, langfuse.parse, langfuse.merge),
         RecordFormat(openai_responses.NAME, openai_responses.detect, openai_responses.parse),
         RecordFormat(anthropic.NAME, anthropic.detect, anthropic.parse),
+        RecordFormat(chat_stream.NAME, chat_stream.detect, chat_stream.parse),
         RecordFormat(chat_exchange.NAME, chat_exchange.detect, chat_exchange.parse),
         RecordFormat(openai_chat.NAME, openai_chat.detect, openai_chat.parse),
     )

@@ -14,7 +14,7 @@ sessions repeat earlier turns in later traces, so only the longest history is ke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +47,9 @@ class ChatCall:
     inputs: list[dict[str, Any]] | None
     outputs: list[dict[str, Any]] | None
     output_issues: tuple[str, ...] = ()
+    # Per-message codes by position in ``inputs``/``outputs`` (e.g. a value cut by a limit).
+    input_flags: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    output_flags: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,26 +82,43 @@ def build_events(trace_id: str, calls: Sequence[ChatCall], tools: Sequence[ToolR
     """Events of one trace from its model calls (in start order) and tool runs.
 
     A call whose input was cut contributes its output flagged ``TRUNCATED_CONTENT`` (the tool
-    results it was given are lost with the input); an unparsable output becomes an empty
-    assistant event with that flag. Nothing is repaired.
+    results it was given are lost with the input); a missing output (``outputs is None``: cut,
+    or the call never returned) becomes an empty assistant event flagged with the call's
+    ``output_issues`` (``TRUNCATED_CONTENT`` when it has none). Nothing is repaired. A result
+    whose tool run failed is an error result (see :func:`_with_error`).
     """
     builder = EventBuilder(trace_id)
     base = _last_intact(calls)
     if base >= 0:
         call = calls[base]
         for index, message in enumerate(call.inputs or []):
-            add_message(builder, message, f"input[{index}]", call.start)
+            flags = call.input_flags.get(index, ())
+            add_message(builder, message, f"input[{index}]", call.start, flags)
     for position, call in enumerate(calls[max(base, 0) :]):
         if position:  # tools ran between the previous model call and this one
             _fill_results(builder, tools)
         issues = (*call.output_issues, *((TRUNCATED_CONTENT,) if call.inputs is None else ()))
         for index, message in enumerate(call.outputs or []):
-            add_message(builder, message, f"output[{index}]", call.end, issues)
+            flags = (*issues, *call.output_flags.get(index, ()))
+            add_message(builder, message, f"output[{index}]", call.end, flags)
             issues = ()
-        if call.outputs is None:
-            builder.message(EventType.ASSISTANT, None, [TRUNCATED_CONTENT], call.end)
+        if call.outputs is None:  # cut, or never returned (the call's own issue says which)
+            missing = call.output_issues or (TRUNCATED_CONTENT,)
+            builder.message(EventType.ASSISTANT, None, missing, call.end)
     _fill_results(builder, tools)
-    return builder.events
+    failed = {run.call_id for run in tools if run.error and run.call_id}
+    return [_with_error(event, failed) for event in builder.events]
+
+
+def _with_error(event: Event, failed: set[str]) -> Event:
+    """A result from the chat history whose tool span/run failed is an error result.
+
+    Chat histories carry no error flag (OpenInference's tool messages, LangChain's serialized
+    ``ToolMessage`` inputs); the tool's own span or run says it failed.
+    """
+    if event.type is EventType.TOOL_RESULT and event.status is None and event.call_id in failed:
+        return event.model_copy(update={"status": "error"})
+    return event
 
 
 def _last_intact(calls: Sequence[ChatCall]) -> int:

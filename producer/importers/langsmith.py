@@ -8,9 +8,16 @@ JSON array of runs. A run's PATCH updates its POST by run id. Runs are grouped b
 constructor or plain form) and their output (``generations[0][0].message``); ``tool`` runs give
 results for calls the history does not answer (``extra.tool_call_id``; a ``ToolMessage`` with
 ``status: "error"`` is an error result, not an issue); the catalog is the last llm run's
-``extra.invocation_params.tools`` (absent → ``None``). A run without ``end_time`` (never
-patched) is in-flight work: the trace is not ready. Sessions are keyed by
+``extra.invocation_params.tools`` (absent → ``None``). Sessions are keyed by
 ``extra.metadata.thread_id``/``session_id``/``conversation_id``.
+
+A run without ``end_time`` (never patched: the agent crashed, or the export was taken mid-run)
+is still imported when the reader closes the trace (the file ended, or the open-trace bound
+pushed it out): the trace carries ``RUN_NOT_ENDED``, so every snapshot cut from it is
+incomplete and counted where coverage is computed, instead of vanishing as "not ready". A model
+call that never returned leaves an empty assistant event flagged ``RUN_NOT_ENDED``; when the
+root never reached a model call, its own ``inputs`` (``messages``, or a single text input) give
+the request.
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from typing import Any
 from ._common import Extras, FieldError, ParsedTrace, as_obj, tool_spec
 from ._spans import ChatCall, ToolRun, build_events, merge_prefixes
 
-__all__ = ["NAME", "detect", "merge", "parse", "split"]
+__all__ = ["NAME", "RUN_NOT_ENDED", "detect", "merge", "parse", "split"]
 
 NAME = "langsmith"
+RUN_NOT_ENDED = "RUN_NOT_ENDED"  # a run never patched with an end: the trace is incomplete
 _ROLES = {
     "human": "user",
     "humanmessage": "user",
@@ -96,10 +104,13 @@ def parse(key: str, payloads: list[Any]) -> list[ParsedTrace]:
         runs.values(), key=lambda r: str(r.get("dotted_order") or r.get("start_time") or "")
     )
     llms = [r for r in ordered if r.get("run_type") == "llm"]
-    calls = [_call(r) for r in llms]
-    tools = [_tool(r) for r in ordered if r.get("run_type") == "tool"]
-    events = tuple(build_events(key, calls, tools))
     open_runs = any(r.get("end_time") is None for r in ordered)
+    calls = [_call(r) for r in llms]
+    if not calls and open_runs:
+        calls = _root_request(runs.get(key))
+    # A tool run still open has no result yet: its call stays pending, never "answered".
+    tools = [_tool(r) for r in ordered if r.get("run_type") == "tool" and r.get("end_time")]
+    events = tuple(build_events(key, calls, tools))
     return [
         ParsedTrace(
             trace_id=key,
@@ -107,7 +118,8 @@ def parse(key: str, payloads: list[Any]) -> list[ParsedTrace]:
             source=NAME,
             tools=_catalog(llms[-1]) if llms else None,
             extras=Extras(session_id=_session(ordered)),
-            not_ready="RUN_NOT_ENDED" if open_runs else ("NO_CONTENT" if not events else None),
+            not_ready="NO_CONTENT" if not events else None,
+            issues=(RUN_NOT_ENDED,) if open_runs else (),
         )
     ]
 
@@ -135,6 +147,10 @@ def _call(run: dict[str, Any]) -> ChatCall:
         else batches
     )
     messages = [_message(m) for m in history] if isinstance(history, list) else None
+    if run.get("end_time") is None and not run.get("outputs"):
+        # The model call never returned: its output is missing, not empty.
+        start = _time(run.get("start_time"))
+        return ChatCall(start, None, messages, None, (RUN_NOT_ENDED,))
     generations = _obj(run.get("outputs")).get("generations")
     out: list[dict[str, Any]] = []
     if (
@@ -149,6 +165,25 @@ def _call(run: dict[str, Any]) -> ChatCall:
         elif isinstance(first, dict) and isinstance(first.get("text"), str):
             out = [{"role": "assistant", "content": first["text"]}]
     return ChatCall(_time(run.get("start_time")), _time(run.get("end_time")), messages, out)
+
+
+def _root_request(root: dict[str, Any] | None) -> list[ChatCall]:
+    """The request of an open trace that never reached a model call (its root's inputs)."""
+    inputs = _obj((root or {}).get("inputs"))
+    raw = inputs.get("messages")
+    if isinstance(raw, list) and raw and isinstance(raw[0], list):
+        raw = raw[0]
+    messages: list[dict[str, Any]] = []
+    if isinstance(raw, list):
+        messages = [_message(m) for m in raw]
+    else:
+        texts = [v for v in inputs.values() if isinstance(v, str)]
+        if len(texts) == 1:  # {"input": "..."} / {"question": "..."}: one text is the request
+            messages = [{"role": "user", "content": texts[0]}]
+    if not messages or root is None:
+        return []
+    start = _time(root.get("start_time"))
+    return [ChatCall(start, None, messages, None, (RUN_NOT_ENDED,))]
 
 
 def _message(raw: object) -> dict[str, Any]:

@@ -89,11 +89,13 @@ def add_message(
         text, issues = content_text(
             message.get("content"), f"{path}.content", unsupported=UNSUPPORTED_MESSAGE_CONTENT
         )
-        return builder.message(_MESSAGE_ROLES[role], text or None, issues, timestamp)
+        return builder.message(
+            _MESSAGE_ROLES[role], text or None, [*issues, *extra_issues], timestamp
+        )
     if role == "assistant":
         return _assistant(builder, message, path, timestamp, extra_issues)
     if role in ("tool", "function"):
-        return _tool(builder, message, path, timestamp)
+        return _tool(builder, message, path, timestamp, extra_issues)
     raise FieldError(f"{path}.role", "INVALID_FIELD", "unknown or missing message role")
 
 
@@ -138,10 +140,14 @@ def _call(
 
 
 def _tool(
-    builder: EventBuilder, message: dict[str, Any], path: str, timestamp: datetime | None
+    builder: EventBuilder,
+    message: dict[str, Any],
+    path: str,
+    timestamp: datetime | None,
+    extra_issues: tuple[str, ...],
 ) -> str:
     text, issues = content_text(
         message.get("content"), f"{path}.content", unsupported=UNSUPPORTED_TOOL_CONTENT
     )
     call_id = opt_str(message, "tool_call_id", path)
-    return builder.result(call_id, text, issues, timestamp=timestamp)
+    return builder.result(call_id, text, [*issues, *extra_issues], timestamp=timestamp)

@@ -13,12 +13,19 @@ span arrives. Per trace:
 - **OpenInference**: ``llm.input_messages.N.message.*`` flattened attributes on LLM spans, TOOL
   spans (``tool.id``/``tool_call.id``, ``output.value``), catalog ``llm.tools.N.tool.json_schema``
   (or, when absent, the raw request's ``tools`` in ``input.value``: ``[]`` stays empty).
+  Content parts ``message.contents.K`` of type ``tool_use``/``tool_call`` (Anthropic's
+  instrumentation writes each ``tool_use`` block there *and* under ``message.tool_calls``) are
+  calls, counted once by id; a failed TOOL span (status ERROR) makes its result an error result.
 
 A JSON attribute cut by a length limit stays cut: the events it would have given are replaced by
-``TRUNCATED_CONTENT`` flags. A parent span missing from the file (it never ended: a crash) makes
-the trace incomplete (``MISSING_PARENT_SPAN``); a span with no end time is in-flight work, so the
-trace is not ready. Traces with no GenAI content (capture off, non-GenAI spans) are not ready
-with ``NO_CONTENT``. Spans are ordered by start time then depth; pairing is by call id only.
+``TRUNCATED_CONTENT`` flags. OpenInference's flattened values are plain strings, so a cut one
+may still look whole: when an LLM span's JSON ``input.value``/``output.value`` no longer parses,
+its length is the exporter's limit, and every message value or TOOL ``output.value`` that long
+is flagged ``TRUNCATED_CONTENT`` (as is a JSON-looking tool result that does not parse).
+A parent span missing from the file (it never ended: a crash) makes the trace incomplete
+(``MISSING_PARENT_SPAN``); a span with no end time is in-flight work, so the trace is not
+ready. Traces with no GenAI content (capture off, non-GenAI spans) are not ready with
+``NO_CONTENT``. Spans are ordered by start time then depth; pairing is by call id only.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -555,10 +562,13 @@ def _legacy_choice(body: object) -> dict[str, Any]:
 
 def _openinference(key: str, items: _Items) -> ParsedTrace:
     llms = [s for s in items.spans if s.attrs.get("openinference.span.kind") == "LLM"]
-    calls = [_oi_call(s) for s in llms]
-    tools = [_oi_tool(s) for s in items.spans if s.attrs.get("openinference.span.kind") == "TOOL"]
-    catalog = _oi_catalog(llms[-1]) if llms else None
-    return _trace(
+    limit = _oi_cut_length(llms)
+    calls = [_oi_call(s, limit) for s in llms]
+    tools = [
+        _oi_tool(s, limit) for s in items.spans if s.attrs.get("openinference.span.kind") == "TOOL"
+    ]
+    catalog, catalog_cut = _oi_catalog(llms[-1]) if llms else (None, False)
+    trace = _trace(
         key,
         items,
         OPENINFERENCE,
@@ -567,6 +577,9 @@ def _openinference(key: str, items: _Items) -> ParsedTrace:
         catalog=catalog,
         session=_conversation(items.spans),
     )
+    if catalog_cut:  # a tool's schema was cut: the catalog is not the whole catalog
+        return replace(trace, issues=(*trace.issues, TRUNCATED_CONTENT))
+    return trace
 
 
 def _indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
@@ -581,15 +594,71 @@ def _indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]
     return table
 
 
-def _oi_call(span: Span) -> ChatCall:
-    inputs = _oi_messages(span.attrs, "llm.input_messages.")
-    outputs = _oi_messages(span.attrs, "llm.output_messages.")
-    return ChatCall(span.start, span.end, inputs, outputs)
+def _oi_cut_length(llms: list[Span]) -> int | None:
+    """The attribute length limit the exporter applied, when the trace proves one.
+
+    The instrumentation writes ``input.value``/``output.value`` of LLM spans with
+    ``json.dumps`` (mime type ``application/json``), so one that no longer parses was cut by
+    ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``, and the SDK cuts every value to exactly that length.
+    Any other value that long was cut too, even when what is left still looks whole (prose, or
+    JSON that happens to parse).
+    """
+    lengths = [
+        len(span.attrs[key])
+        for span in llms
+        for key in ("input.value", "output.value")
+        if span.attrs.get(f"{key.split('.')[0]}.mime_type") == "application/json"
+        and _json_attr(span.attrs, key)[0] is _CUT
+    ]
+    return min(lengths) if lengths else None
 
 
-def _oi_messages(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+def _oi_cut(value: object, limit: int | None, *, result: bool = False) -> bool:
+    """Whether one message/result value was cut (see :func:`_oi_cut_length`).
+
+    A tool result that looks like JSON but does not parse is cut whatever the limit (the care
+    the GenAI importer takes with ``gen_ai.tool.call.result``).
+    """
+    if not isinstance(value, str):
+        return False
+    if limit is not None and len(value) >= limit:
+        return True
+    if not result or value.lstrip()[:1] not in ("{", "["):
+        return False
+    try:
+        json.loads(value)
+    except ValueError:
+        return True
+    return False
+
+
+def _oi_call(span: Span, limit: int | None) -> ChatCall:
+    inputs, in_flags = _oi_messages(span.attrs, "llm.input_messages.", limit)
+    outputs, out_flags = _oi_messages(span.attrs, "llm.output_messages.", limit)
+    return ChatCall(
+        span.start,
+        span.end,
+        inputs,
+        outputs,
+        input_flags=in_flags,
+        output_flags=out_flags,
+    )
+
+
+def _oi_messages(
+    attrs: Mapping[str, Any], prefix: str, limit: int | None
+) -> tuple[list[dict[str, Any]], dict[int, tuple[str, ...]]]:
+    """The messages under ``prefix`` and, by position, ``TRUNCATED_CONTENT`` for cut ones."""
     table = _indexed(attrs, prefix)
-    return [_oi_message(table[i]) for i in sorted(table)]
+    messages: list[dict[str, Any]] = []
+    flags: dict[int, tuple[str, ...]] = {}
+    for position, index in enumerate(sorted(table)):
+        flat = table[index]
+        messages.append(_oi_message(flat))
+        tool = flat.get("message.role") == "tool"
+        if any(_oi_cut(v, limit, result=tool and k == "message.content") for k, v in flat.items()):
+            flags[position] = (TRUNCATED_CONTENT,)
+    return messages, flags
 
 
 def _oi_message(flat: dict[str, Any]) -> dict[str, Any]:
@@ -597,20 +666,47 @@ def _oi_message(flat: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": role, "content": _oi_content(flat)}
     if role == "tool":
         message["tool_call_id"] = flat.get("message.tool_call_id")
-    calls = _indexed(flat, "message.tool_calls.")
+    calls = _oi_tool_calls(flat)
     if calls:
-        message["tool_calls"] = [
-            {
-                "id": calls[j].get("tool_call.id"),
-                "type": "function",
-                "function": {
-                    "name": calls[j].get("tool_call.function.name"),
-                    "arguments": calls[j].get("tool_call.function.arguments"),
-                },
-            }
-            for j in sorted(calls)
-        ]
+        message["tool_calls"] = calls
     return message
+
+
+def _oi_tool_calls(flat: dict[str, Any]) -> list[dict[str, Any]]:
+    """``message.tool_calls.*``, plus tool-use content parts not already among them.
+
+    openinference-instrumentation-anthropic writes each ``tool_use`` block twice: under
+    ``message.tool_calls.J.tool_call.*`` and as ``message.contents.K`` with
+    ``message_content.type = "tool_use"`` and the same ``tool_call.*`` keys. One call is one
+    call: a part whose id is already listed adds nothing.
+    """
+    listed = _indexed(flat, "message.tool_calls.")
+    calls = [_oi_function(listed[j]) for j in sorted(listed)]
+    ids = {c["id"] for c in calls if c["id"]}
+    parts = _indexed(flat, "message.contents.")
+    for k in sorted(parts):
+        part = parts[k]
+        if part.get("message_content.type") not in _OI_CALL_PARTS:
+            continue
+        call = _oi_function(part)
+        if not calls or (call["id"] and call["id"] not in ids):
+            calls.append(call)
+            ids.add(call["id"])
+    return calls
+
+
+_OI_CALL_PARTS = ("tool_use", "tool_call")
+
+
+def _oi_function(flat: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": flat.get("tool_call.id"),
+        "type": "function",
+        "function": {
+            "name": flat.get("tool_call.function.name"),
+            "arguments": flat.get("tool_call.function.arguments"),
+        },
+    }
 
 
 def _oi_content(flat: dict[str, Any]) -> Any:
@@ -622,12 +718,12 @@ def _oi_content(flat: dict[str, Any]) -> Any:
         kind = parts[k].get("message_content.type")
         if kind == "text":
             content.append({"type": "text", "text": str(parts[k].get("message_content.text", ""))})
-        elif kind != "tool_call":  # tool_use blocks are also under tool_calls: count them once
+        elif kind not in _OI_CALL_PARTS:  # tool-use parts are calls (see _oi_tool_calls)
             content.append({"type": str(kind)})
     return content or None
 
 
-def _oi_tool(span: Span) -> ToolRun:
+def _oi_tool(span: Span, limit: int | None) -> ToolRun:
     result = span.attrs.get("output.value")
     return ToolRun(
         call_id=_str(span.attrs.get("tool.id")) or _str(span.attrs.get("tool_call.id")),
@@ -635,19 +731,23 @@ def _oi_tool(span: Span) -> ToolRun:
         result=result if isinstance(result, str) else None,
         end=span.end,
         error=span.error,
+        issues=(TRUNCATED_CONTENT,) if _oi_cut(result, limit, result=True) else (),
     )
 
 
-def _oi_catalog(span: Span) -> tuple[Any, ...] | None:
+def _oi_catalog(span: Span) -> tuple[tuple[Any, ...] | None, bool]:
+    """The catalog of the latest LLM span, and whether a tool's schema in it was cut."""
     table = _indexed(span.attrs, "llm.tools.")
     if table:
         specs = []
+        cut = False
         for i in sorted(table):
             schema, _ = _json_attr(table[i], "tool.json_schema")
+            cut = cut or schema is _CUT
             if isinstance(schema, dict):
                 specs.append(tool_spec(schema, f"llm.tools.{i}.tool.json_schema"))
-        return tuple(specs)
+        return tuple(specs), cut
     request, _ = _json_attr(span.attrs, "input.value")  # an empty list leaves no llm.tools.*
     if isinstance(request, dict) and isinstance(request.get("tools"), list):
-        return tuple(tool_spec(t, "input.value.tools") for t in request["tools"])
-    return None
+        return tuple(tool_spec(t, "input.value.tools") for t in request["tools"]), False
+    return None, False

@@ -66,3 +66,21 @@ def write_jsonl(tmp_path: Path) -> Callable[[list[Any]], Path]:
         return path
 
     return write
+
+
+# Every committed fixture comes out of the real libraries (tests/fixtures/generate.py), none is
+# written by hand: the generator and the package versions (pinned in pyproject's ``fixtures``).
+GENERATED: dict[str, str] = {
+    "openai_chat.jsonl": "openai 3.57.0 (logged histories)",
+    "chat_exchange.jsonl": "openai 3.57.0 (logged request/response pairs)",
+    "openai_stream.jsonl": "openai 3.57.0 (streamed chunks, ChatCompletionChunk.to_dict())",
+    "openai_responses.jsonl": "openai 3.57.0 (Responses API)",
+    "anthropic.jsonl": "anthropic 2.15.0",
+    "otel_genai.jsonl": "opentelemetry-instrumentation-openai-v2 2.4b0, util-genai 1.1b0",
+    "otel_legacy.jsonl": "opentelemetry-instrumentation-openai-v2 2.3b0 (semconv 1.30 events)",
+    "openinference.jsonl": "openinference-instrumentation-openai 0.1.66",
+    "openinference_truncated.jsonl": "openinference-instrumentation-openai 0.1.66, limit 600",
+    "openinference_anthropic.jsonl": "openinference-instrumentation-anthropic 3.1.0",
+    "langsmith.jsonl": "langsmith 0.15.1, langchain-core 1.8.3, langchain-openai 1.7.4",
+    "langfuse.jsonl": "langfuse 5.2.0 (ingestion captured, export derived)",
+}

@@ -26,6 +26,7 @@ def _first(path: Path, user_text: str) -> Snapshot:
         "openinference.jsonl",
         "openai_responses.jsonl",
         "langsmith.jsonl",
+        "langfuse.jsonl",
     ],
 )
 def test_weather_run_matches_openai_chat_log(traces: Path, name: str, signatures: Sigs) -> None:

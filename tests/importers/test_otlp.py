@@ -175,3 +175,112 @@ def test_openinference_empty_catalog_comes_from_the_raw_request(
         span["attributes"] = attrs
     (snapshot,) = read_snapshots(write_jsonl(_as_lines(spans, 5)))
     assert snapshot.tools == ()
+
+
+# --- OpenInference + Anthropic, and attribute truncation (GENERATED fixtures:
+# openinference_anthropic.jsonl by openinference-instrumentation-anthropic 3.1.0, and
+# openinference_truncated.jsonl by -openai 0.1.66 under OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT=600) ---
+
+
+def test_openinference_anthropic_tool_use_parts_are_calls_once(
+    traces: Path, signatures: Sigs
+) -> None:
+    """tool_use content parts (also under tool_calls) are one call each, never unsupported."""
+    (weather,) = _by_session(traces / "openinference_anthropic.jsonl")["sess-claude-weather"]
+    assert weather.trace().issues == ()
+    calls = [e.call_id for e in weather.events if e.type is EventType.TOOL_CALL]
+    assert calls == ["call_A1", "call_B2"]
+    reference = next(
+        s for s in read_snapshots(traces / "anthropic.jsonl") if s.trace_id == "claude-weather"
+    )
+    assert signatures(weather.events) == signatures(reference.events)
+
+
+def test_openinference_anthropic_parts_alone_still_give_the_calls(
+    fixture_lines: Lines, write_jsonl: Writer, signatures: Sigs, traces: Path
+) -> None:
+    """A span with only the contents.K tool_use parts (no tool_calls keys) gives the calls."""
+    want = [
+        signatures(s.events)
+        for s in read_snapshots(traces / "openinference_anthropic.jsonl")
+        if s.session_id == "sess-claude-weather"
+    ]
+    spans = copy.deepcopy(_spans(fixture_lines("openinference_anthropic.jsonl")))
+    for span in spans:
+        kept = [a for a in span["attributes"] if ".message.tool_calls." not in a["key"]]
+        span["attributes"] = kept
+    got = [
+        signatures(s.events)
+        for s in read_snapshots(write_jsonl(_as_lines(spans, 5)))
+        if s.session_id == "sess-claude-weather"
+    ]
+    assert got == want
+
+
+def test_openinference_failed_tool_span_makes_an_error_result(traces: Path) -> None:
+    """The tool message has no error flag; the TOOL span's ERROR status makes it an error."""
+    (snapshot,) = _by_session(traces / "openinference_anthropic.jsonl")["sess-claude-tool_error"]
+    (result,) = [e for e in snapshot.events if e.type is EventType.TOOL_RESULT]
+    assert (result.text, result.status) == ("city not found", "error")
+    assert snapshot.trace().issues == ()
+
+
+def test_openinference_result_cut_by_the_limit_is_truncated(traces: Path) -> None:
+    """A tool result longer than the attribute limit (prose or JSON) is TRUNCATED_CONTENT."""
+    table = _by_session(traces / "openinference_truncated.jsonl")
+    table.update(_by_session(traces / "openinference_anthropic.jsonl"))
+    for session in ("sess-forecast", "sess-forecast_json", "sess-claude-forecast_json"):
+        (snapshot,) = table[session]
+        (result,) = [e for e in snapshot.events if e.type is EventType.TOOL_RESULT]
+        assert len(result.text or "") == 600, session
+        assert result.issues == ("TRUNCATED_CONTENT",), session
+        assert "TRUNCATED_CONTENT" in snapshot.trace().issues
+        others = [e for e in snapshot.events if e.type is not EventType.TOOL_RESULT]
+        assert all(e.issues == () for e in others), session  # short values are whole
+
+
+def test_openinference_valid_json_cut_at_the_limit_is_truncated(
+    fixture_lines: Lines, write_jsonl: Writer
+) -> None:
+    """A result that still parses but is exactly the proven limit long was cut too."""
+    spans = copy.deepcopy(_spans(fixture_lines("openinference_truncated.jsonl")))
+    whole = '"' + "x" * 598 + '"'  # valid JSON, exactly 600 characters
+    for span in spans:
+        for attr in span["attributes"]:
+            if attr["value"].get("stringValue", "").startswith("day 1: rain"):
+                attr["value"]["stringValue"] = whole
+    (snapshot, _) = read_snapshots(write_jsonl(_as_lines(spans, 5)))
+    (result,) = [e for e in snapshot.events if e.type is EventType.TOOL_RESULT]
+    assert (result.text, result.issues) == (whole, ("TRUNCATED_CONTENT",))
+
+
+def test_openinference_without_a_proven_limit_nothing_is_flagged(
+    fixture_lines: Lines, write_jsonl: Writer
+) -> None:
+    """A long whole result is not cut: no unparsable JSON value proves a limit."""
+    spans = copy.deepcopy(_spans(fixture_lines("openinference.jsonl")))
+    long_text = "cloudy all day; " * 50  # 800 characters of prose, nothing cut
+    for span in spans:
+        for attr in span["attributes"]:
+            if attr["value"].get("stringValue") == '{"temp_c": 14, "summary": "cloudy"}':
+                attr["value"]["stringValue"] = long_text
+    weather = next(iter(read_snapshots(write_jsonl(_as_lines(spans, 5)))))
+    results = [e for e in weather.events if e.type is EventType.TOOL_RESULT]
+    assert long_text in [e.text for e in results]
+    assert weather.trace().issues == ()
+
+
+def test_openinference_generated_empty_catalog(traces: Path) -> None:
+    """``tools=[]`` leaves no llm.tools.*; the raw request says "none offered": empty, not None."""
+    (empty,) = _by_session(traces / "openinference.jsonl")["sess-empty_tools"]
+    assert empty.tools == ()
+
+
+def test_openinference_anthropic_reads_the_same_detected_or_forced(
+    traces: Path, signatures: Sigs
+) -> None:
+    """format=auto, "otlp" and "openinference" agree on the Anthropic OpenInference file."""
+    path = traces / "openinference_anthropic.jsonl"
+    auto = [signatures(s.events) for s in read_snapshots(path)]
+    for fmt in ("otlp", "openinference"):
+        assert [signatures(s.events) for s in read_snapshots(path, format=fmt)] == auto

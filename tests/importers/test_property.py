@@ -198,6 +198,82 @@ _wrapped = st.one_of(
 )
 
 
+_chunks = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": _json,
+            "created": _json,
+            "choices": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "index": st.one_of(st.just(0), _json),
+                        "finish_reason": _json,
+                        "delta": st.fixed_dictionaries(
+                            {
+                                "content": _json,
+                                "tool_calls": st.lists(
+                                    st.fixed_dictionaries(
+                                        {
+                                            "index": st.one_of(st.integers(0, 2), _json),
+                                            "id": _json,
+                                            "function": _json,
+                                        }
+                                    ),
+                                    max_size=2,
+                                ),
+                            }
+                        ),
+                    }
+                ),
+                max_size=2,
+            ),
+        }
+    ),
+    max_size=4,
+)
+_observation = st.fixed_dictionaries(
+    {
+        "id": st.one_of(st.sampled_from(["o1", "o2", "o3"]), _json),
+        "traceId": st.sampled_from(["t1", "t2"]),
+        "type": st.one_of(st.sampled_from(["GENERATION", "TOOL", "SPAN", "AGENT"]), _json),
+        "parentObservationId": st.one_of(st.sampled_from(["o1", "gone"]), _json),
+        "startTime": st.one_of(st.just("2026-01-01T00:00:00Z"), _json),
+        "endTime": _json,
+        "input": st.one_of(
+            st.fixed_dictionaries({"messages": st.lists(_json, max_size=2), "tools": _json}),
+            _json,
+        ),
+        "output": _json,
+        "level": _json,
+        "metadata": _json,
+        "name": _json,
+    }
+)
+_streams_and_langfuse = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "request": st.fixed_dictionaries(
+                {"messages": st.lists(_json, max_size=2), "tools": _json}
+            ),
+            "chunks": _chunks,
+        }
+    ),
+    st.fixed_dictionaries(
+        {"id": st.sampled_from(["t1", "t2"]), "observations": st.lists(_observation, max_size=4)}
+    ),
+    st.fixed_dictionaries({"data": st.lists(_observation, min_size=1, max_size=4)}),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_streams_and_langfuse, min_size=1, max_size=3))
+def test_stream_and_langfuse_shapes_never_crash(records: list[Any]) -> None:
+    """Chunk lists and Langfuse traces/pages with garbage inside never crash an importer."""
+    snapshots, report = _read(records)
+    _check(snapshots, report, len(records))
+    assert all(r.code != "IMPORTER_ERROR" for r in report.rejected), report.rejected
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_wrapped, min_size=1, max_size=3))
 def test_other_formats_never_crash(records: list[Any]) -> None:
