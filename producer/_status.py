@@ -48,6 +48,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from producer._backfill import FINGERPRINT_PREFIX, store_counts
 from producer._report import MISSING_EVIDENCE_REASONS
 from producer.snapshot import LANE_QUEUES
 from worker.store import Checkpoint, RecordScope, ResultCount, Store
@@ -331,7 +332,8 @@ def _backfill(
     now: datetime,
     stale_after_s: float,
 ) -> BackfillStatus:
-    files = [c for c in group if not c.source.startswith(COMPLETE_PREFIX)]
+    # A fingerprint checkpoint holds a file's identity, not its progress.
+    files = [c for c in group if not c.source.startswith((COMPLETE_PREFIX, FINGERPRINT_PREFIX))]
     done = {c.source[len(COMPLETE_PREFIX) :] for c in group if c.source.startswith(COMPLETE_PREFIX)}
     last = max(c.recorded_at for c in group)
     age_s = max(0.0, (now - last).total_seconds())
@@ -407,7 +409,9 @@ def store_status(
     since = now - timedelta(seconds=window_s) if window_s > 0 else None
     window = RecordScope(since=since) if since is not None else None
     checkpoints = store.latest_checkpoints()
-    counts = {bid: store.backfill_counts(bid) for bid in {c.backfill_id for c in checkpoints}}
+    read_counts = store_counts(store)  # failed includes the backfill's dead-lettered snapshots
+    ids = {c.backfill_id for c in checkpoints}
+    counts = {bid: (read_counts(bid) if read_counts else None) or (0, 0) for bid in ids}
     backfills = backfill_statuses(checkpoints, counts, now=now, stale_after_s=stale_after_s)
     evaluations, weights = store.sampling_weight_sum(window)
     decisions = decisions_from_counts(
