@@ -28,7 +28,6 @@ from typing import Any, BinaryIO, TypeVar
 
 import ijson  # type: ignore[import-untyped]  # no stubs; BSD-licensed streaming JSON parser
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import PydanticSerializationError
 
 from producer._units import NotReadyError, UnitName, cut
 from producer.importers import FORMATS, FieldError, GroupFormat, ParsedTrace, RecordFormat, detect
@@ -562,8 +561,10 @@ def _sendable(snapshot: Snapshot) -> tuple[str, str] | None:
         size = len(snapshot.model_dump_json().encode("utf-8"))
     except UnicodeEncodeError:
         return "INVALID_UNICODE", "text holds an unpaired surrogate"
-    except (PydanticSerializationError, RecursionError):
-        return JSON_TOO_DEEP, "JSON is nested too deeply to be sent"
+    except (ValueError, RecursionError) as exc:  # pydantic: "Maximum serialization depth ..."
+        if isinstance(exc, RecursionError) or "depth" in str(exc):
+            return JSON_TOO_DEEP, "JSON is nested too deeply to be sent"
+        return "INVALID_FIELD", "value cannot be serialized as JSON"
     if size > MAX_ITEM_BYTES:
         limit_mib = MAX_ITEM_BYTES // (1024 * 1024)
         return PAYLOAD_TOO_LARGE, f"snapshot is over the worker's {limit_mib} MiB limit"

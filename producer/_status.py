@@ -25,9 +25,10 @@ the importer found unfinished) is not recorded anywhere and is always unknown. B
 weights, ``Σ (w - 1)`` over the window's evaluations: a snapshot sampled at rate r stands for 1/r
 units, 1/r - 1 of them not sampled.
 
-Backfill state: ``complete`` when every file it started has a ``complete:`` checkpoint,
+Backfill state: ``complete`` when every file it started has a ``complete:`` checkpoint (and
+none of its snapshots failed: then ``failed``),
 ``running`` when its latest checkpoint is younger than ``stale_after_s``, else ``stalled``.
-Status lists running and stalled backfills (and counts the complete ones).
+Status lists running, stalled and failed backfills (and counts the complete ones).
 
 :class:`StatusThresholds` turn the report into a cron check: :meth:`StatusThresholds.breaches`
 lists every breached threshold (``evalq status`` then exits 3). A threshold whose input is unknown
@@ -338,7 +339,8 @@ def _backfill(
     last = max(c.recorded_at for c in group)
     age_s = max(0.0, (now - last).total_seconds())
     if files and all(c.source in done for c in files):
-        state = "complete"
+        # Read to the end, but snapshots failed (ERROR results, dead letters): not "complete".
+        state = "failed" if counts[1] else "complete"
     else:
         state = "running" if age_s <= stale_after_s else "stalled"
     return BackfillStatus(

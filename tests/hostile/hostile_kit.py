@@ -7,15 +7,13 @@ records one row (case, outcome) that the suite prints as a table at the end of t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tests.queue.queue_kit import REPO, worker_env
 
@@ -32,7 +30,7 @@ __all__ = [
     "write",
 ]
 
-EVALQ = [sys.executable, "-m", "producer.cli"]
+MEASURED = [sys.executable, "-m", "tests.hostile.measured_cli"]
 
 
 @dataclass(frozen=True)
@@ -71,48 +69,28 @@ class Done:
     peak_rss_mib: float
 
 
-def _feed(pipe: IO[bytes], data: bytes) -> None:
-    try:
-        pipe.write(data)
-    finally:
-        pipe.close()
-
-
 def evalq(
     env: dict[str, str], *args: str, stdin: bytes | None = None, timeout_s: float = 60.0
 ) -> Done:
-    """Run ``evalq ARGS`` with ``EVALQ_<KEY>`` settings; measure its peak RSS (``wait4``)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(  # noqa: S603 - our own CLI, fixed arguments
-            [*EVALQ, *args],
+    """Run ``evalq ARGS`` with ``EVALQ_<KEY>`` settings; report its own peak RSS (VmHWM)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        peak = Path(scratch) / "vmhwm"
+        proc = subprocess.Popen(
+            [*MEASURED, str(peak), *args],
             env=worker_env(**env),
             cwd=REPO,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-        feeder = None
-        if stdin is not None:
-            assert proc.stdin is not None
-            feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)
-            feeder.start()
-        timer = threading.Timer(timeout_s, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        if feeder is not None:
-            feeder.join(5)
-        out.seek(0)
-        err.seek(0)
-        return Done(
-            proc.returncode,
-            out.read().decode("utf-8", "replace"),
-            err.read().decode("utf-8", "replace"),
-            usage.ru_maxrss / 1024,  # KiB on Linux
-        )
+        out, err = proc.communicate(stdin, timeout=timeout_s)
+        peak_kib = int(peak.read_text()) if peak.exists() else 0
+    return Done(
+        proc.returncode,
+        out.decode("utf-8", "replace"),
+        err.decode("utf-8", "replace"),
+        peak_kib / 1024,
+    )
 
 
 def chat_record(i: int, *, text: str | None = None) -> dict[str, Any]:

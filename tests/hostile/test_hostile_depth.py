@@ -41,7 +41,9 @@ def test_deep_line_in_backfill_does_not_stop_the_file_or_the_next_files(
     assert "Traceback" not in done.stderr
     sent = [s["trace_id"] for args in queued_payloads(redis_url, "evalq.backfill") for s in args[0]]
     assert sorted(sent) == ["t1", "t3", "t4", "t5"]
-    record("backfill: 300-deep line, then more files", "1 rejection, 4 sent, next file read, exit 1")
+    record(
+        "backfill: 300-deep line, then more files", "1 rejection, 4 sent, next file read, exit 1"
+    )
 
 
 def test_deep_outcome_value_flag_is_refused_with_a_message(
