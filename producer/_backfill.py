@@ -498,14 +498,13 @@ class _Pump:
         return (0, 0) if last is None else (last.position, last.enqueued)
 
     def check_unchanged(self, sources: list[Path]) -> None:
-        """On resume, before anything is sent: refuse a started file that changed since."""
+        """On resume, before anything is sent: refuse a file that changed since it was started."""
         store = self.opts.store
         if not self.opts.resuming or store is None:
             return
         for path in sources:
+            # Finished files too: a resume does not re-read them, so new lines would be lost.
             source = str(path)
-            if store.latest_checkpoint(self.opts.backfill_id, COMPLETE_PREFIX + source):
-                continue  # read to the end already: it is not read again
             known = store.latest_checkpoint(self.opts.backfill_id, FINGERPRINT_PREFIX + source)
             if known is not None and (known.position, known.enqueued) != file_fingerprint(path):
                 raise BackfillInputError(

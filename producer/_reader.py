@@ -324,6 +324,8 @@ class _Prefixed:
         self._handle = handle
 
     def read(self, size: int = -1) -> bytes:
+        if size == 0:  # ijson probes read(0) to tell bytes from text: consume nothing
+            return b""
         if self._head:
             head, self._head = self._head, b""
             return head
