@@ -82,9 +82,9 @@ def _print_rejections(examples: Any, total: int) -> None:
         _err.print(f"  … and {total - SHOWN_REJECTIONS} more rejected lines", highlight=False)
 
 
-def _broker_down(exc: BaseException, resume_id: str | None = None) -> NoReturn:
+def _broker_down(exc: BaseException, hint: str | None = None) -> NoReturn:
     """One line (no traceback, no URL: it may hold a password), then exit status 1."""
-    hint = f"; continue with --resume {resume_id}" if resume_id else ""
+    hint = f"; {hint}" if hint else ""
     _err.print(
         f"[red]broker unreachable[/red] (EVALQ_BROKER_URL): {type(exc).__name__}{hint}",
         highlight=False,
@@ -94,7 +94,7 @@ def _broker_down(exc: BaseException, resume_id: str | None = None) -> NoReturn:
 
 
 @contextmanager
-def _connected(settings: Any, url: str, resume_id: str | None = None) -> Iterator[Any]:
+def _connected(settings: Any, url: str, hint: str | None = None) -> Iterator[Any]:
     """A producer whose broker answered one connection attempt; a dead broker is one line."""
     from kombu.exceptions import OperationalError  # noqa: PLC0415 - fast --help
 
@@ -105,11 +105,11 @@ def _connected(settings: Any, url: str, resume_id: str | None = None) -> Iterato
         try:
             producer.check_broker()
         except (OperationalError, OSError) as exc:
-            _broker_down(exc, resume_id)
+            _broker_down(exc, hint)
         try:
             yield producer
         except (OperationalError, OSError) as exc:  # the broker went away while sending
-            _broker_down(exc, resume_id)
+            _broker_down(exc, hint)
     finally:
         producer.close()
 
@@ -316,10 +316,14 @@ def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
 
     depth = RedisQueueDepth(url, LANE_QUEUES[Lane.BACKFILL]) if is_redis(url) else None
     per_message = settings.batch_size
+    if job.resume:
+        hint = f"continue with --resume {job.chosen}"
+    else:
+        hint = f"nothing sent for backfill {job.chosen}: run the same command again"
     try:
         with (
             open_store(settings.store_url) as store,
-            _connected(settings, url, job.chosen) as producer,
+            _connected(settings, url, hint) as producer,
             rich_progress(_out) as progress,
         ):
             return run_backfill(
@@ -350,7 +354,7 @@ def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
         _err.print(f"[red]invalid backfill:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except redis.RedisError as exc:  # the queue depth could not be read, even after retries
-        _broker_down(exc, job.chosen)
+        _broker_down(exc, f"continue with --resume {job.chosen}")
     finally:
         if depth is not None:
             depth.close()
