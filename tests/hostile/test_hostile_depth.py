@@ -78,3 +78,17 @@ def test_deep_outcome_line_is_one_rejection(
     sent = [args[0]["event_id"] for args in queued_payloads(redis_url, "evalq.outcomes")]
     assert sorted(sent) == ["o1", "o3"]
     record("outcome file: 300-deep value", "1 rejection file:2, 2 sent, exit 1")
+
+
+def test_deep_line_in_run_is_one_rejection_and_the_rest_is_evaluated(
+    workdir: Path, store_url: str
+) -> None:
+    """``evalq run``: the deep line is listed, the other line is evaluated, exit status 1."""
+    path = write(workdir / "t.jsonl", deep_chat_line(1) + chat_line(2))
+    done = evalq({"store_url": store_url}, "run", str(path), "--timeout-s", "60", timeout_s=90)
+    assert done.returncode == 1, done.stderr
+    assert "evaluated: 1" in done.stdout
+    assert "rejected lines: 1" in done.stdout
+    assert f"{path}:1: $: JSON_TOO_DEEP" in done.stderr
+    assert "Traceback" not in done.stderr
+    record("run: 300-deep line", "1 rejection listed, the other evaluated, exit 1")
