@@ -403,12 +403,17 @@ class Producer:
             return self._live_app
 
     def _send_live(self, batch: Sequence[Snapshot]) -> None:
+        # Everything is encoded before anything is published: a snapshot that cannot be (too
+        # deep, too large) raises ValueError with nothing sent, as LiveSubmitter expects.
+        encoded = [(s, _Encoded(_encoded(s))) for s in batch]
         app = self._live_celery()
         with app.producer_or_acquire() as producer:
-            for snapshot in batch:
+            for snapshot, payload in encoded:
                 queue = LANE_QUEUES[snapshot.sampling.lane]
                 label = f"[snapshot {snapshot.snapshot_id[:16]}]"
-                self._send(EVALUATE_TASK, snapshot.wire(), queue, label, producer, app=app)
+                self._send(
+                    EVALUATE_TASK, payload, queue, label, producer, app=app, serializer=_ENCODED
+                )
 
     def _report_tally(self) -> None:
         if self.sampler is not None:
