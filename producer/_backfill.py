@@ -39,6 +39,7 @@ Choices, and why:
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -91,6 +92,8 @@ COMPLETE_PREFIX = "complete:"
 FINGERPRINT_PREFIX = "fingerprint:"
 """Checkpoint source holding a file's :func:`file_fingerprint` when the backfill started it."""
 FINGERPRINT_BYTES = 1024 * 1024
+DEAD_LETTER_SCAN_S = 30.0
+"""Shortest interval between two scans of the open dead letters for one backfill's items."""
 
 SendBatch = Callable[[Sequence[Snapshot]], object]
 EvaluatedCounts = Callable[[str], "tuple[int, int] | None"]
@@ -363,10 +366,17 @@ def store_counts(store: object) -> EvaluatedCounts | None:
     counts = getattr(store, "backfill_counts", None)
     if not callable(counts):
         return None
+    # Scanning dead letters reads their payloads: at most every DEAD_LETTER_SCAN_S per id.
+    scanned: dict[str, tuple[float, int]] = {}
 
     def read(backfill_id: str) -> tuple[int, int] | None:
         evaluated, failed = counts(backfill_id)
-        return int(evaluated), int(failed) + dead_lettered(store, backfill_id)
+        now = time.monotonic()
+        at, dead = scanned.get(backfill_id, (-math.inf, 0))
+        if now - at >= DEAD_LETTER_SCAN_S:
+            dead = dead_lettered(store, backfill_id)
+            scanned[backfill_id] = (now, dead)
+        return int(evaluated), int(failed) + dead
 
     return read
 

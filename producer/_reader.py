@@ -413,9 +413,11 @@ def _member_end(text: str, pos: int) -> int:
     depth, in_string, escaped = 0, False, False
     for end in range(pos, len(text)):
         char = text[end]
-        if in_string:
-            escaped = not escaped and char == "\\"
-            in_string = escaped or char != '"'
+        if escaped:
+            escaped = False
+        elif in_string:
+            escaped = char == "\\"
+            in_string = char != '"'
         elif char == '"':
             in_string = True
         elif char in "[{":
