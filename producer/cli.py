@@ -108,7 +108,7 @@ def _connected(settings: Any, url: str, hint: str | None = None) -> Iterator[Any
             _broker_down(exc, hint)
         try:
             yield producer
-        except (OperationalError, OSError) as exc:  # the broker went away while sending
+        except OperationalError as exc:  # the broker went away while sending (not a file error)
             _broker_down(exc, hint)
     finally:
         producer.close()
