@@ -152,7 +152,13 @@ UnitOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(
+    epilog=(
+        "FILE may be a FIFO or /dev/stdin (read once, as a stream). Exit status: 0 all sent; "
+        "1 rejected lines (the first 20 listed as file:line: field: CODE) or an unreachable "
+        "broker; 2 invalid options."
+    )
+)
 def enqueue(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     *,
@@ -757,7 +763,12 @@ def status(
         raise typer.Exit(BREACH_EXIT_CODE)
 
 
-@app.command()
+@app.command(
+    epilog=(
+        "Exit status: 0 every snapshot evaluated and no line rejected; 1 rejected lines (the "
+        "first 20 listed), nothing evaluated, or not finished within --timeout-s."
+    )
+)
 def run(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     *,
