@@ -765,8 +765,8 @@ def status(
 
 @app.command(
     epilog=(
-        "Exit status: 0 every snapshot evaluated and no line rejected; 1 rejected lines (the "
-        "first 20 listed), nothing evaluated, or not finished within --timeout-s."
+        "Exit status: 0 finished (each snapshot evaluated or dead-lettered), no line rejected; "
+        "1 rejected lines (the first 20 listed), nothing evaluated, or not done in --timeout-s."
     )
 )
 def run(
