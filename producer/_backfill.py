@@ -20,6 +20,11 @@ Choices, and why:
   finished file gets a ``complete:<path>`` checkpoint and is not even re-read on resume.
   ``resume=ID`` re-reads an unfinished file and skips (without sending) what was already sent;
   at worst the batch in flight at an interruption is sent twice, which idempotency absorbs.
+  As a file is started its :func:`file_fingerprint` (size, mtime, a digest of its first MiB) is
+  recorded too; a resume refuses, before sending anything, a started file that changed since
+  (lines prepended would otherwise be skipped silently).
+- **Inputs** must be regular files (a backfill re-reads them to resume): a FIFO or device is
+  refused up front with :class:`BackfillInputError`.
 - **Back-pressure.** Before each batch, while ``queue_depth()`` (messages waiting, e.g.
   :class:`RedisQueueDepth`) is at or above ``max_queue_depth``, the pump waits: Redis holds every
   queued message in memory (~1-1.4 KB each), and the broker is not a database.
@@ -34,6 +39,8 @@ Choices, and why:
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,12 +58,15 @@ from worker._json import canonical_json
 
 from ._reader import ImportErrorReport, RejectedLine, read_located
 from ._sampling import Sampler, replace_fields
-from .snapshot import Lane, OutcomeEvent, Sampling, Snapshot
+from .snapshot import MAX_ITEM_BYTES, Lane, OutcomeEvent, Sampling, Snapshot
 
 __all__ = [
     "COMPLETE_PREFIX",
+    "EVENT_ID_CONFLICT",
+    "FINGERPRINT_PREFIX",
     "TRACE_SUFFIXES",
     "BackfillError",
+    "BackfillInputError",
     "BackfillProgress",
     "BackfillRetry",
     "BackfillStore",
@@ -65,7 +75,11 @@ __all__ = [
     "RedisQueueDepth",
     "backfill_id_for",
     "backfill_rule",
+    "dead_lettered",
     "expand_paths",
+    "file_fingerprint",
+    "outcome_digest",
+    "outcome_problem",
     "rich_progress",
     "run_backfill",
     "send_outcomes",
@@ -75,6 +89,11 @@ __all__ = [
 TRACE_SUFFIXES = (".jsonl", ".ndjson", ".json")
 COMPLETE_PREFIX = "complete:"
 """Checkpoint source marking a finished file (sources are absolute paths, so no clash)."""
+FINGERPRINT_PREFIX = "fingerprint:"
+"""Checkpoint source holding a file's :func:`file_fingerprint` when the backfill started it."""
+FINGERPRINT_BYTES = 1024 * 1024
+DEAD_LETTER_SCAN_S = 30.0
+"""Shortest interval between two scans of the open dead letters for one backfill's items."""
 
 SendBatch = Callable[[Sequence[Snapshot]], object]
 EvaluatedCounts = Callable[[str], "tuple[int, int] | None"]
@@ -171,9 +190,32 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
             found.update(dict.fromkeys(sorted(p for p in members if _is_trace_file(p))))
         elif path.is_file():
             found[path] = None
+        elif path.exists():
+            raise BackfillInputError(
+                f"backfill input is not a regular file (a FIFO, device or socket): {path}; a "
+                "backfill re-reads its files to resume, so it needs files: save the stream to a "
+                "file, or send it once with `evalq enqueue --lane backfill`"
+            )
         else:
             raise FileNotFoundError(f"backfill input not found: {path}")
     return list(found)
+
+
+class BackfillInputError(ValueError):
+    """An input a backfill cannot use: not a regular file, or changed since it was read."""
+
+
+def file_fingerprint(path: Path) -> tuple[int, int]:
+    """(digest, size) of a file: size, mtime and its first :data:`FINGERPRINT_BYTES`.
+
+    The digest is the first 60 bits of a sha256, an integer, so it fits a checkpoint's
+    ``position`` column (the store needs no new table); ``enqueued`` holds the size.
+    """
+    stat = path.stat()
+    digest = hashlib.sha256(f"{stat.st_size}:{stat.st_mtime_ns}:".encode())
+    with path.open("rb") as handle:
+        digest.update(handle.read(FINGERPRINT_BYTES))
+    return int(digest.hexdigest()[:15], 16), stat.st_size
 
 
 def _is_trace_file(path: Path) -> bool:
@@ -299,19 +341,42 @@ def _retrying(call: Callable[[], Any], policy: BackfillRetry) -> Any:
 # --- evaluated read-back -------------------------------------------------------------------------
 
 
+def dead_lettered(store: object, backfill_id: str) -> int:
+    """Snapshots of this backfill in open dead letters (``store.open_dead_letters``), or 0.
+
+    Every snapshot carries its backfill's sampling rule, so its occurrences in a payload count
+    the backfill's items in it (also in the kept head of a truncated payload; an item cut off
+    before its rule is not counted).
+    """
+    letters = getattr(store, "open_dead_letters", None)
+    if not callable(letters):
+        return 0
+    rule = re.compile(rb'"rule":\s*"' + re.escape(backfill_rule(backfill_id).encode()) + rb'["/]')
+    return sum(len(rule.findall(bytes(dead.payload))) for dead in letters())
+
+
 def store_counts(store: object) -> EvaluatedCounts | None:
     """Read-back of (evaluated, failed) for a backfill id from a store that can count them.
 
     Uses ``store.backfill_counts(backfill_id) -> (evaluated, failed)`` when the store has it;
-    ``None`` otherwise (the progress bar then shows ``?`` for both).
+    ``None`` otherwise (the progress bar then shows ``?`` for both). ``failed`` counts the
+    evaluations with an ERROR result plus the backfill's snapshots in open dead letters (a
+    message a worker refused, e.g. ``BATCH_TOO_LARGE``, is a failure, not silence).
     """
     counts = getattr(store, "backfill_counts", None)
     if not callable(counts):
         return None
+    # Scanning dead letters reads their payloads: at most every DEAD_LETTER_SCAN_S per id.
+    scanned: dict[str, tuple[float, int]] = {}
 
     def read(backfill_id: str) -> tuple[int, int] | None:
         evaluated, failed = counts(backfill_id)
-        return int(evaluated), int(failed)
+        now = time.monotonic()
+        at, dead = scanned.get(backfill_id, (-math.inf, 0))
+        if now - at >= DEAD_LETTER_SCAN_S:
+            dead = dead_lettered(store, backfill_id)
+            scanned[backfill_id] = (now, dead)
+        return int(evaluated), int(failed) + dead
 
     return read
 
@@ -442,6 +507,34 @@ class _Pump:
         last = store.latest_checkpoint(self.opts.backfill_id, source)
         return (0, 0) if last is None else (last.position, last.enqueued)
 
+    def check_unchanged(self, sources: list[Path]) -> None:
+        """On resume, before anything is sent: refuse a file that changed since it was started."""
+        store = self.opts.store
+        if not self.opts.resuming or store is None:
+            return
+        for path in sources:
+            # Finished files too: a resume does not re-read them, so new lines would be lost.
+            source = str(path)
+            known = store.latest_checkpoint(self.opts.backfill_id, FINGERPRINT_PREFIX + source)
+            if known is not None and (known.position, known.enqueued) != file_fingerprint(path):
+                raise BackfillInputError(
+                    f"{source} changed since backfill {self.opts.backfill_id} started reading "
+                    "it (size, mtime or first bytes differ), so resuming would skip or repeat "
+                    "lines (INPUT_CHANGED); run the backfill again without --resume to re-read "
+                    "it from the start (the workers skip what they already evaluated)"
+                )
+
+    def _remember(self, path: Path) -> None:
+        """Record the file's fingerprint as this backfill starts (or first resumes) it."""
+        store = self.opts.store
+        if store is None:
+            return
+        key = FINGERPRINT_PREFIX + str(path)
+        if self.opts.resuming and store.latest_checkpoint(self.opts.backfill_id, key):
+            return
+        digest, size = file_fingerprint(path)
+        store.record_checkpoint(self.opts.backfill_id, key, digest, size)
+
     def run_source(self, path: Path) -> None:
         source = str(path)
         self._set(source=source)
@@ -449,6 +542,7 @@ class _Pump:
         if start is None:
             self._bump("files_done")
             return
+        self._remember(path)
         done, enqueued = start
         batch: list[Snapshot] = []
         position = 0
@@ -542,6 +636,7 @@ def _run(opts: _Options, sources: list[Path], report: ImportErrorReport) -> Back
     start = BackfillProgress(backfill_id=opts.backfill_id, files_total=len(sources))
     pump = _Pump(opts, report, asdict(start))
     stopped = False
+    pump.check_unchanged(sources)
     try:
         for path in sources:
             pump.run_source(path)
@@ -616,6 +711,11 @@ class OutcomeSummary:
         return asdict(self)
 
 
+EVENT_ID_CONFLICT = "EVENT_ID_CONFLICT"
+"""An outcome whose event id was already sent (or stored) with different content."""
+KnownOutcome = Callable[[str], "OutcomeEvent | None"]
+
+
 def _outcome_rejection(path: Path, line: int, exc: ValidationError) -> RejectedLine:
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "type": "invalid"}
@@ -626,37 +726,104 @@ def _outcome_rejection(path: Path, line: int, exc: ValidationError) -> RejectedL
     )
 
 
+def outcome_problem(event: OutcomeEvent) -> tuple[str, str] | None:
+    """Why a worker would refuse ``event`` (code, message); ``None`` when it can be sent."""
+    try:
+        text = canonical_json(event.wire())  # pydantic raises past its nesting depth
+    except (ValueError, RecursionError):
+        return "JSON_TOO_DEEP", "value is nested too deeply to be sent"
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_ITEM_BYTES:
+        return "PAYLOAD_TOO_LARGE", "event is over the worker's size limit"
+    return None
+
+
+def outcome_digest(event: OutcomeEvent) -> bytes:
+    """A digest of an event's content, to tell a repeat from a conflicting reuse of its id."""
+    return hashlib.sha256(canonical_json(event.wire()).encode("utf-8", "surrogatepass")).digest()
+
+
+@dataclass
+class _OutcomeRun:
+    """One outcome file's state: counts, kept examples, the content of each event id seen."""
+
+    source: Path
+    keep: int
+    on_reject: Callable[[RejectedLine], object] | None
+    known: KnownOutcome | None
+    sent: int = 0
+    rejected: int = 0
+    examples: list[RejectedLine] = field(default_factory=list)
+    seen: dict[str, bytes] = field(default_factory=dict)
+
+    def reject(self, line: int, fld: str, code: str, message: str) -> None:
+        self.add(
+            RejectedLine(path=str(self.source), line=line, field=fld, code=code, message=message)
+        )
+
+    def add(self, rejection: RejectedLine) -> None:
+        self.rejected += 1
+        if len(self.examples) < self.keep:
+            self.examples.append(rejection)
+        if self.on_reject is not None:
+            self.on_reject(rejection)
+
+    def conflicts(self, event: OutcomeEvent) -> bool:
+        """True when the event id was sent (here) or stored with different content."""
+        digest = outcome_digest(event)
+        earlier = self.seen.setdefault(event.event_id, digest)
+        if earlier != digest:
+            return True
+        stored = self.known(event.event_id) if self.known is not None else None
+        return stored is not None and outcome_digest(stored) != digest
+
+
 def send_outcomes(
     path: str | Path,
     send: Callable[[OutcomeEvent], object],
     *,
     keep: int = 1000,
     on_reject: Callable[[RejectedLine], object] | None = None,
+    known: KnownOutcome | None = None,
 ) -> OutcomeSummary:
     """Stream a JSONL file of outcome events to ``send`` (e.g. ``Producer.outcome``).
 
     A bad line is rejected with its file, line and field (the JSON path pydantic names) and the
     rest of the file is still sent; the summary counts every rejection and keeps ``keep`` of them.
-    ``on_reject`` sees every rejection as it happens (the CLI prints one line each).
+    ``on_reject`` sees every rejection as it happens. An event that reuses an event id with
+    different content (earlier in the file, or in the store through ``known(event_id)``) is
+    rejected as ``EVENT_ID_CONFLICT``, not sent: a worker keeps the first and drops the rest.
     """
-    source = Path(path)
-    sent, rejected = 0, 0
-    examples: list[RejectedLine] = []
+    run = _OutcomeRun(Path(path), keep, on_reject, known)
     # Bytes, not text: a line that is not UTF-8 is one rejection, not the end of the file.
-    with source.open("rb") as lines:
-        for number, text in enumerate(lines, start=1):
-            if not text.strip():
+    with run.source.open("rb") as lines:
+        number = 0
+        while text := lines.readline(MAX_ITEM_BYTES + 1):
+            number += 1
+            if len(text) > MAX_ITEM_BYTES and not text.endswith(b"\n"):
+                while (rest := lines.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass
+                run.reject(number, "$", "PAYLOAD_TOO_LARGE", "line is over the worker's limit")
                 continue
-            try:
-                event = OutcomeEvent.model_validate_json(text)
-            except ValidationError as exc:
-                rejected += 1
-                rejection = _outcome_rejection(source, number, exc)
-                if len(examples) < keep:
-                    examples.append(rejection)
-                if on_reject is not None:
-                    on_reject(rejection)
-                continue
-            send(event)
-            sent += 1
-    return OutcomeSummary(sent, rejected, tuple(examples))
+            if text.strip():
+                _outcome_line(run, number, text, send)
+    return OutcomeSummary(run.sent, run.rejected, tuple(run.examples))
+
+
+def _outcome_line(
+    run: _OutcomeRun, number: int, text: bytes, send: Callable[[OutcomeEvent], object]
+) -> None:
+    try:
+        event = OutcomeEvent.model_validate_json(text)
+    except ValidationError as exc:
+        run.add(_outcome_rejection(run.source, number, exc))
+        return
+    problem = outcome_problem(event)
+    if problem is not None:
+        run.reject(number, "value", *problem)
+        return
+    if run.conflicts(event):
+        message = f"event id {event.event_id!r} was already sent with different content"
+        run.reject(number, "event_id", EVENT_ID_CONFLICT, message)
+        return
+    send(event)
+    run.sent += 1

@@ -4,7 +4,8 @@ A minimal Celery app (no tasks, no result backend, JSON only) publishes to the l
 :data:`producer.snapshot.LANE_QUEUES`. Payloads follow the task contract:
 
 - ``evalq.evaluate``: one argument, a ``Snapshot.wire()`` dict — or, for batches (backfill), a
-  list of at most the worker's ``EVALQ_BATCH_SIZE`` of them;
+  list of them: at most ``batch_size`` (clamped to the contract's ``MAX_BATCH_ITEMS``) and
+  ``MAX_BATCH_BYTES`` of JSON per message; a snapshot over ``MAX_ITEM_BYTES`` is refused;
 - ``evalq.outcome``: one argument, an ``OutcomeEvent.wire()`` dict (always on the outcomes lane);
 - ``evalq.sampling_tally``: one argument, a ``SamplingTally.wire()`` dict (outcomes lane).
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
 from types import TracebackType
 from typing import Any, Self
 
@@ -42,6 +42,9 @@ from .snapshot import (
     ENQUEUED_AT_HEADER,
     EVALUATE_TASK,
     LANE_QUEUES,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_ITEMS,
+    MAX_ITEM_BYTES,
     OUTCOME_TASK,
     TALLY_TASK,
     Lane,
@@ -53,6 +56,7 @@ from .snapshot import (
 __all__ = [
     "LANE_EXCHANGE",
     "PIPELINE_OPERATIONS",
+    "OversizedSnapshotError",
     "Producer",
     "lane_queues",
     "live_transport_options",
@@ -140,9 +144,35 @@ def _install_encoder() -> None:
 _install_encoder()
 
 
-def _chunks(items: Iterable[Snapshot], size: int) -> Iterator[list[Snapshot]]:
-    iterator = iter(items)
-    while chunk := list(islice(iterator, size)):
+class OversizedSnapshotError(ValueError):
+    """A snapshot over :data:`~producer.snapshot.MAX_ITEM_BYTES`: no worker would accept it."""
+
+
+def _encoded(snapshot: Snapshot) -> str:
+    """The snapshot's JSON text (pydantic, in Rust), refused when no worker would accept it."""
+    text = snapshot.model_dump_json()  # a value nested past pydantic's limit raises ValueError
+    if len(text) > MAX_ITEM_BYTES or len(text.encode("utf-8")) > MAX_ITEM_BYTES:
+        raise OversizedSnapshotError(f"snapshot is over the worker's {MAX_ITEM_BYTES} bytes")
+    return text
+
+
+def _messages(items: Iterable[Snapshot], size: int) -> Iterator[list[tuple[Snapshot, str]]]:
+    """Snapshots with their JSON, grouped into messages a worker accepts.
+
+    At most ``size`` (itself at most :data:`MAX_BATCH_ITEMS`) snapshots and
+    :data:`MAX_BATCH_BYTES` of JSON per message: a larger wanted batch is split, never sent.
+    """
+    limit = min(size, MAX_BATCH_ITEMS)
+    chunk: list[tuple[Snapshot, str]] = []
+    chunk_bytes = 0
+    for snapshot in items:
+        text = _encoded(snapshot)
+        if chunk and (len(chunk) >= limit or chunk_bytes + len(text) > MAX_BATCH_BYTES):
+            yield chunk
+            chunk, chunk_bytes = [], 0
+        chunk.append((snapshot, text))
+        chunk_bytes += len(text)
+    if chunk:
         yield chunk
 
 
@@ -264,27 +294,43 @@ class Producer:
             self._app.producer_or_acquire() as producer,
             producer.batch(max_size=PIPELINE_OPERATIONS),
         ):
-            for chunk in _chunks(snapshots, batch_size):
+            for chunk in _messages(snapshots, batch_size):
                 if ids is not None:
-                    ids.extend(s.snapshot_id for s in chunk)
+                    ids.extend(s.snapshot_id for s, _ in chunk)
                 self._send_chunk(chunk, lane, batch_size, producer)
                 sent += len(chunk)
         return sent
 
     def _send_chunk(
-        self, chunk: list[Snapshot], lane: Lane | str | None, batch_size: int, producer: Any
+        self,
+        chunk: list[tuple[Snapshot, str]],
+        lane: Lane | str | None,
+        batch_size: int,
+        producer: Any,
     ) -> None:
-        queue = LANE_QUEUES[Lane(lane) if lane else chunk[0].sampling.lane]
-        first = chunk[0].snapshot_id[:16]
+        head = chunk[0][0]
+        queue = LANE_QUEUES[Lane(lane) if lane else head.sampling.lane]
+        first = head.snapshot_id[:16]
         # pydantic serializes each snapshot to JSON text in Rust (several times faster than
         # wire() + json.dumps); the texts are spliced into the message body as they are.
         if batch_size == 1:
-            payload = _Encoded(chunk[0].model_dump_json())
+            payload = _Encoded(chunk[0][1])
             label = f"[snapshot {first}]"
         else:
-            payload = _Encoded("[" + ",".join(s.model_dump_json() for s in chunk) + "]")
+            payload = _Encoded("[" + ",".join(text for _, text in chunk) + "]")
             label = f"[{len(chunk)} snapshots {first}…]"
         self._send(EVALUATE_TASK, payload, queue, label, producer, serializer=_ENCODED)
+
+    def check_broker(self, timeout_s: int = 5) -> None:
+        """Connect once (no retry loop): raise ``kombu.exceptions.OperationalError`` if down.
+
+        The bulk commands call this first, so an unreachable broker is one line at once, not a
+        traceback after kombu's publish retries.
+        """
+        with self._app.connection_for_write() as connection:
+            connection.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0, timeout=timeout_s
+            )
 
     def send_batch(self, snapshots: Sequence[Snapshot]) -> None:
         """Send each snapshot on its own lane (the ``LiveSubmitter`` send hook)."""
@@ -357,12 +403,17 @@ class Producer:
             return self._live_app
 
     def _send_live(self, batch: Sequence[Snapshot]) -> None:
+        # Everything is encoded before anything is published: a snapshot that cannot be (too
+        # deep, too large) raises ValueError with nothing sent, as LiveSubmitter expects.
+        encoded = [(s, _Encoded(_encoded(s))) for s in batch]
         app = self._live_celery()
         with app.producer_or_acquire() as producer:
-            for snapshot in batch:
+            for snapshot, payload in encoded:
                 queue = LANE_QUEUES[snapshot.sampling.lane]
                 label = f"[snapshot {snapshot.snapshot_id[:16]}]"
-                self._send(EVALUATE_TASK, snapshot.wire(), queue, label, producer, app=app)
+                self._send(
+                    EVALUATE_TASK, payload, queue, label, producer, app=app, serializer=_ENCODED
+                )
 
     def _report_tally(self) -> None:
         if self.sampler is not None:

@@ -24,17 +24,21 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
+import ijson  # type: ignore[import-untyped]  # no stubs; BSD-licensed streaming JSON parser
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from producer._units import NotReadyError, UnitName, cut
 from producer.importers import FORMATS, FieldError, GroupFormat, ParsedTrace, RecordFormat, detect
-from producer.snapshot import Snapshot
+from producer.snapshot import MAX_ITEM_BYTES, Snapshot
 from worker._json import canonical_json
 
 __all__ = [
     "IMPORTER_ERROR",
+    "JSON_TOO_DEEP",
+    "MAX_LINE_BYTES",
+    "PAYLOAD_TOO_LARGE",
     "ImportErrorReport",
     "InvalidTraceError",
     "Located",
@@ -48,6 +52,10 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 IMPORTER_ERROR = "IMPORTER_ERROR"
 """Rejection code of a record an importer failed on unexpectedly (a bug, reported not fatal)."""
+JSON_TOO_DEEP = "JSON_TOO_DEEP"
+"""Rejection code of JSON nested too deeply to parse or send."""
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+"""Rejection code of a snapshot over the worker's :data:`~producer.snapshot.MAX_ITEM_BYTES`."""
 
 
 class RejectedLine(BaseModel):
@@ -201,10 +209,13 @@ def read_located(
         max_open=max(1, max_open_traces),
         report=report,
     )
-    for line, text in _json_texts(Path(path), run):
+    for entry in _json_texts(Path(path), run):
         if report is not None:
             report.lines_read += 1
-        yield from _line(run, line, text)
+        if isinstance(entry, _Item):
+            yield from _record(run, entry.line, entry.value, entry.prefix)
+        else:
+            yield from _line(run, *entry)
     yield from _flush(run, everything=True)
 
 
@@ -230,22 +241,53 @@ def _check_unit(unit: str, cutoff_event_id: str | None) -> UnitName:
 # --- input -----------------------------------------------------------------------------------
 
 
-def _json_texts(path: Path, run: _Run) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each non-blank line; a whole-file document yields one entry."""
+MAX_LINE_BYTES = 4 * MAX_ITEM_BYTES
+"""Longest input line read; a longer one is one ``LINE_TOO_LARGE`` rejection, skipped unread."""
+_SKIP_CHUNK_BYTES = 1 << 20
+_DOCUMENT_PREFIX = "item"  # ijson's path of a top-level array's members
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One record of a pretty-printed document: its line (the document's), value and index."""
+
+    line: int
+    value: Any
+    prefix: str
+
+
+def _json_texts(path: Path, run: _Run) -> Iterator[tuple[int, str] | _Item]:
+    """(line number, text) of each non-blank line, or the records of one JSON document.
+
+    The input is opened once and read once, as a stream: FIFOs and ``/dev/stdin`` work like
+    files, and a document is parsed while it is read (memory holds one record, not the file).
+    """
     first = True
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in _bounded_lines(handle, run):
             text = _decode(raw, number, run)
             if text is None or not text.strip():
                 continue
             # Only the first non-blank line may open a pretty-printed multi-line document.
             if first and _is_document_start(text):
-                document = _whole_document(path)
-                if document is not None:
-                    yield number, document
-                    return
+                yield from _document(handle, raw, number, run)
+                return
             first = False
             yield number, text
+
+
+def _bounded_lines(handle: BinaryIO, run: _Run) -> Iterator[tuple[int, bytes]]:
+    """Lines of at most :data:`MAX_LINE_BYTES`; a longer one is rejected and skipped unread."""
+    number = 0
+    while raw := handle.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while (rest := handle.readline(_SKIP_CHUNK_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            limit_mib = MAX_LINE_BYTES // (1024 * 1024)
+            run.reject(number, "$", "LINE_TOO_LARGE", f"line is over {limit_mib} MiB")
+            continue
+        yield number, raw
 
 
 def _decode(raw: bytes, number: int, run: _Run) -> str | None:
@@ -274,24 +316,135 @@ def _is_document_start(text: str) -> bool:
     return False
 
 
-def _whole_document(path: Path) -> str | None:
+class _Prefixed:
+    """A binary stream: the already-read first line, then the rest of ``handle``."""
+
+    def __init__(self, head: bytes, handle: BinaryIO) -> None:
+        self._head = head.removeprefix(b"\xef\xbb\xbf")
+        self._handle = handle
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:  # ijson probes read(0) to tell bytes from text: consume nothing
+            return b""
+        if self._head:
+            head, self._head = self._head, b""
+            return head
+        return self._handle.read(size)
+
+
+def _document(
+    handle: BinaryIO, head: bytes, line: int, run: _Run
+) -> Iterator[tuple[int, str] | _Item]:
+    """The records of one pretty-printed document, parsed while read (ijson, one record held).
+
+    An object is one record; an array's members are records named by index. When the document
+    turns out to be invalid, a seekable input is re-read: an array member by member, so a bad
+    record is one rejection naming its index and the others are kept; anything else (and a
+    stream, which cannot be re-read) line by line as before, or as one rejection.
+    """
+    is_array = head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+    stream = _Prefixed(head, handle)
+    emitted = 0
     try:
-        text = path.read_text(encoding="utf-8-sig", errors="strict")
-        _loads(text)
-    except ValueError:  # includes UnicodeDecodeError: fall back to line-by-line rejections
-        return None
-    return text
+        for value in ijson.items(stream, _DOCUMENT_PREFIX if is_array else "", use_float=True):
+            yield _Item(line, value, f"[{emitted}]" if is_array else "")
+            emitted += 1
+    except (ijson.JSONError, UnicodeDecodeError, RecursionError):
+        yield from _recover(handle, run, line, is_array=is_array, emitted=emitted)
+
+
+def _recover(
+    handle: BinaryIO, run: _Run, line: int, *, is_array: bool, emitted: int
+) -> Iterator[tuple[int, str] | _Item]:
+    """After an invalid document: re-read what can be re-read, reject the rest once."""
+    if not handle.seekable():
+        where = f"[{emitted}]" if is_array else "$"
+        run.reject(line, where, "INVALID_JSON", "document is not valid JSON from here on")
+        return
+    handle.seek(0)
+    if not is_array:  # a JSONL file whose first line is cut short: line by line, as ever
+        for number, raw in _bounded_lines(handle, run):
+            text = _decode(raw, number, run)
+            if text is not None and text.strip():
+                yield number, text
+        return
+    try:
+        text = handle.read().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        run.reject(line, f"[{emitted}]", "INVALID_ENCODING", "document is not valid UTF-8")
+        return
+    for index, value in _members(text):
+        if index < emitted:
+            continue
+        if value is _BAD:
+            run.reject(line, f"[{index}]", "INVALID_JSON", "record is not valid JSON")
+        else:
+            yield _Item(line, value, f"[{index}]")
+
+
+_BAD = object()
+
+
+def _members(text: str) -> Iterator[tuple[int, Any]]:
+    """(index, value or ``_BAD``) of each member of a top-level JSON array, bad ones skipped."""
+    pos = _skip_space(text, text.index("[") + 1)
+    index = 0
+    while pos < len(text) and text[pos] != "]":
+        try:
+            value, end = _DECODER.raw_decode(text, pos)  # NaN and Infinity are rejected
+        except (ValueError, RecursionError):
+            value, end = _BAD, _member_end(text, pos)
+        yield index, value
+        index += 1
+        pos = _skip_space(text, end)
+        if pos >= len(text) or text[pos] != ",":
+            return
+        pos = _skip_space(text, pos + 1)
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _member_end(text: str, pos: int) -> int:
+    """Where a (bad) array member ends: the ``,`` or ``]`` at its own depth, strings skipped."""
+    depth, in_string, escaped = 0, False, False
+    for end in range(pos, len(text)):
+        char = text[end]
+        if escaped:
+            escaped = False
+        elif in_string:
+            escaped = char == "\\"
+            in_string = char != '"'
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}" and depth:
+            depth -= 1
+        elif char in ",]" and not depth:
+            return end
+    return len(text)
 
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"non-finite number {name}")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+class _TooDeepError(ValueError):
+    """JSON nested deeper than Python's parser recurses."""
+
+
 def _loads(text: str) -> Any:
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
+        raise _TooDeepError("JSON nested too deeply") from None
 
 
 # --- one line --------------------------------------------------------------------------------
@@ -300,6 +453,9 @@ def _loads(text: str) -> Any:
 def _line(run: _Run, line: int, text: str) -> Iterator[Located]:
     try:
         value = _loads(text)
+    except _TooDeepError:
+        run.reject(line, "$", JSON_TOO_DEEP, "JSON is nested too deeply")
+        return
     except ValueError:
         run.reject(line, "$", "INVALID_JSON", "line is not valid JSON")
         return
@@ -378,18 +534,45 @@ def _emit(run: _Run, line: int, traces: Iterable[ParsedTrace], prefix: str) -> I
 def _cut(run: _Run, line: int, trace: ParsedTrace, prefix: str) -> list[Snapshot]:
     try:
         snapshots = cut(trace, run.unit, run.cutoff_event_id)
-        for snapshot in snapshots:
-            _ = snapshot.snapshot_id  # proves the content hashes (lone surrogates do not)
     except NotReadyError as exc:
         run.defer(line, trace.trace_id, exc.code)
         return []
     except ValidationError as exc:
         run.reject(line, _join(prefix, _loc(exc)), "INVALID_FIELD", "value fails validation")
         return []
-    except UnicodeEncodeError:
-        run.reject(line, prefix or "$", "INVALID_UNICODE", "text holds an unpaired surrogate")
+    except RecursionError:
+        run.reject(line, prefix or "$", JSON_TOO_DEEP, "JSON is nested too deeply")
         return []
-    return snapshots
+    kept = []
+    for snapshot in snapshots:
+        problem = _sendable(snapshot)
+        if problem is None:
+            kept.append(snapshot)
+        else:
+            run.reject(line, prefix or "$", *problem)
+    return kept
+
+
+def _sendable(snapshot: Snapshot) -> tuple[str, str] | None:
+    """Why a worker would refuse ``snapshot`` (code, message), checked here; ``None`` if none.
+
+    The JSON a producer sends is measured against the worker's :data:`MAX_ITEM_BYTES`, and
+    serializing it proves it can be sent at all: pydantic stops at a nesting depth of about
+    255 (raising, in the middle of a batch, with no file or line).
+    """
+    try:
+        _ = snapshot.snapshot_id  # proves the content hashes (lone surrogates do not)
+        size = len(snapshot.model_dump_json().encode("utf-8"))
+    except UnicodeEncodeError:
+        return "INVALID_UNICODE", "text holds an unpaired surrogate"
+    except (ValueError, RecursionError) as exc:  # pydantic: "Maximum serialization depth ..."
+        if isinstance(exc, RecursionError) or "depth" in str(exc):
+            return JSON_TOO_DEEP, "JSON is nested too deeply to be sent"
+        return "INVALID_FIELD", "value cannot be serialized as JSON"
+    if size > MAX_ITEM_BYTES:
+        limit_mib = MAX_ITEM_BYTES // (1024 * 1024)
+        return PAYLOAD_TOO_LARGE, f"snapshot is over the worker's {limit_mib} MiB limit"
+    return None
 
 
 # --- group formats ---------------------------------------------------------------------------

@@ -25,9 +25,10 @@ the importer found unfinished) is not recorded anywhere and is always unknown. B
 weights, ``Σ (w - 1)`` over the window's evaluations: a snapshot sampled at rate r stands for 1/r
 units, 1/r - 1 of them not sampled.
 
-Backfill state: ``complete`` when every file it started has a ``complete:`` checkpoint,
+Backfill state: ``complete`` when every file it started has a ``complete:`` checkpoint (and
+none of its snapshots failed: then ``failed``),
 ``running`` when its latest checkpoint is younger than ``stale_after_s``, else ``stalled``.
-Status lists running and stalled backfills (and counts the complete ones).
+Status lists running, stalled and failed backfills (and counts the complete ones).
 
 :class:`StatusThresholds` turn the report into a cron check: :meth:`StatusThresholds.breaches`
 lists every breached threshold (``evalq status`` then exits 3). A threshold whose input is unknown
@@ -48,6 +49,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from producer._backfill import FINGERPRINT_PREFIX, store_counts
 from producer._report import MISSING_EVIDENCE_REASONS
 from producer.snapshot import LANE_QUEUES
 from worker.store import Checkpoint, RecordScope, ResultCount, Store
@@ -331,12 +333,14 @@ def _backfill(
     now: datetime,
     stale_after_s: float,
 ) -> BackfillStatus:
-    files = [c for c in group if not c.source.startswith(COMPLETE_PREFIX)]
+    # A fingerprint checkpoint holds a file's identity, not its progress.
+    files = [c for c in group if not c.source.startswith((COMPLETE_PREFIX, FINGERPRINT_PREFIX))]
     done = {c.source[len(COMPLETE_PREFIX) :] for c in group if c.source.startswith(COMPLETE_PREFIX)}
     last = max(c.recorded_at for c in group)
     age_s = max(0.0, (now - last).total_seconds())
     if files and all(c.source in done for c in files):
-        state = "complete"
+        # Read to the end, but snapshots failed (ERROR results, dead letters): not "complete".
+        state = "failed" if counts[1] else "complete"
     else:
         state = "running" if age_s <= stale_after_s else "stalled"
     return BackfillStatus(
@@ -407,7 +411,9 @@ def store_status(
     since = now - timedelta(seconds=window_s) if window_s > 0 else None
     window = RecordScope(since=since) if since is not None else None
     checkpoints = store.latest_checkpoints()
-    counts = {bid: store.backfill_counts(bid) for bid in {c.backfill_id for c in checkpoints}}
+    read_counts = store_counts(store)  # failed includes the backfill's dead-lettered snapshots
+    ids = {c.backfill_id for c in checkpoints}
+    counts = {bid: (read_counts(bid) if read_counts else None) or (0, 0) for bid in ids}
     backfills = backfill_statuses(checkpoints, counts, now=now, stale_after_s=stale_after_s)
     evaluations, weights = store.sampling_weight_sum(window)
     decisions = decisions_from_counts(

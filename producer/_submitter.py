@@ -41,7 +41,12 @@ __all__ = ["LiveSubmitter", "RetryPolicy", "SendBatch", "SubmitterStats"]
 log = logging.getLogger("evalq.producer.submit")
 
 SendBatch = Callable[[Sequence[Snapshot]], None]
-"""Sends one batch to the broker; raises on failure (the whole batch is then retried)."""
+"""Sends one batch to the broker; raises on failure (the whole batch is then retried).
+
+A ``TypeError``/``ValueError`` (a snapshot that cannot be encoded) must be raised before any
+of the batch is published: the batch is then sent again one snapshot at a time, so only the
+bad one is dropped.
+"""
 
 _NOT_RETRIED = (TypeError, ValueError)  # encoding bugs: retrying cannot help
 
@@ -241,21 +246,31 @@ class LiveSubmitter:
 
     def _drain(self) -> None:
         while batch := self._take():
-            outcome = self._deliver(batch)
+            outcomes = self._deliver(batch)
             with self._lock:
-                self._counts[outcome] += len(batch)
+                for outcome, count in outcomes.items():
+                    self._counts[outcome] += count
                 self._inflight = 0
 
-    def _deliver(self, batch: list[Snapshot]) -> str:
+    def _deliver(self, batch: list[Snapshot]) -> dict[str, int]:
+        """Send a batch; counts per outcome. One unencodable snapshot drops only itself."""
         try:
             self._send_with_retry(batch)
         except _NOT_RETRIED as exc:
+            if len(batch) > 1:
+                # The send hook encodes the whole batch before publishing any of it (so nothing
+                # was sent): the snapshots are tried one by one, the bad one alone is dropped.
+                outcomes: dict[str, int] = {"sent": 0, "dropped_failed": 0}
+                for snapshot in batch:
+                    for outcome, count in self._deliver([snapshot]).items():
+                        outcomes[outcome] = outcomes.get(outcome, 0) + count
+                return outcomes
             self._log_drop("ENCODE_ERROR", len(batch), exc)
-            return "dropped_failed"
+            return {"dropped_failed": len(batch)}
         except Exception as exc:  # noqa: BLE001 - any broker failure ends in a counted drop
             self._log_drop("SEND_FAILED", len(batch), exc)
-            return "dropped_failed"
-        return "sent"
+            return {"dropped_failed": len(batch)}
+        return {"sent": len(batch)}
 
     def _send_with_retry(self, batch: list[Snapshot]) -> None:
         policy = self.retry

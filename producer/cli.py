@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -88,6 +88,50 @@ def _store(settings: Any, *, migrate: bool = True) -> Iterator[Any]:
         raise typer.Exit(2) from None
 
 
+SHOWN_REJECTIONS = 20
+"""Rejected lines listed by a command; the rest are counted ("… and N more")."""
+
+
+def _print_rejections(examples: Any, total: int) -> None:
+    """The first :data:`SHOWN_REJECTIONS` rejected lines (file:line: field: CODE), then a count."""
+    for rejected in list(examples)[:SHOWN_REJECTIONS]:
+        _print_rejection(rejected)
+    if total > SHOWN_REJECTIONS:
+        _err.print(f"  … and {total - SHOWN_REJECTIONS} more rejected lines", highlight=False)
+
+
+def _broker_down(exc: BaseException, hint: str | None = None) -> NoReturn:
+    """One line (no traceback, no URL: it may hold a password), then exit status 1."""
+    hint = f"; {hint}" if hint else ""
+    _err.print(
+        f"[red]broker unreachable[/red] (EVALQ_BROKER_URL): {type(exc).__name__}{hint}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(1) from None
+
+
+@contextmanager
+def _connected(settings: Any, url: str, hint: str | None = None) -> Iterator[Any]:
+    """A producer whose broker answered one connection attempt; a dead broker is one line."""
+    from kombu.exceptions import OperationalError  # noqa: PLC0415 - fast --help
+
+    from worker.ops import producer_for  # noqa: PLC0415
+
+    producer = producer_for(settings, url)
+    try:
+        try:
+            producer.check_broker()
+        except (OperationalError, OSError) as exc:
+            _broker_down(exc, hint)
+        try:
+            yield producer
+        except OperationalError as exc:  # the broker went away while sending (not a file error)
+            _broker_down(exc, hint)
+    finally:
+        producer.close()
+
+
 @app.command()
 def worker(
     *,
@@ -133,7 +177,13 @@ UnitOpt = Annotated[
 ]
 
 
-@app.command()
+@app.command(
+    epilog=(
+        "FILE may be a FIFO or /dev/stdin (read once, as a stream). Exit status: 0 all sent; "
+        "1 rejected lines (the first 20 listed as file:line: field: CODE) or an unreachable "
+        "broker; 2 invalid options."
+    )
+)
 def enqueue(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     *,
@@ -156,18 +206,19 @@ def enqueue(
 ) -> None:
     """Read FILE into snapshots and enqueue them (backfill lane: batched)."""
     from producer import ImportErrorReport  # noqa: PLC0415 - fast --help
-    from worker.ops import producer_for, snapshots_for  # noqa: PLC0415
+    from worker.ops import snapshots_for  # noqa: PLC0415
 
     settings = _settings(metric_set=metric_set, batch_size=batch_size)
     chosen = _lane(lane)
-    report = ImportErrorReport()
+    report = ImportErrorReport(keep=SHOWN_REJECTIONS)
     per_message = settings.batch_size if chosen is Lane.BACKFILL else 1
-    with producer_for(settings, _broker(settings)) as producer:
+    with _connected(settings, _broker(settings)) as producer:
         snapshots = snapshots_for(file, settings, report=report, format=fmt, unit=unit)
-        ids = producer.enqueue_many(snapshots, lane=chosen, batch_size=per_message)
-    _out.print(f"enqueued {len(ids)} snapshot(s); rejected lines: {report.rejected_count}")
-    for rejected in report.rejected[:20]:
-        _err.print(f"  {rejected}", highlight=False, markup=False)
+        sent = producer.send_many(snapshots, lane=chosen, batch_size=per_message)
+    _out.print(f"enqueued {sent} snapshot(s); rejected lines: {report.rejected_count}")
+    _print_rejections(report.rejected, report.rejected_count)
+    if report.rejected_count:
+        raise typer.Exit(1)
 
 
 BackfillBatchOpt = Annotated[
@@ -225,8 +276,9 @@ def _raise_terminated(signum: int, _frame: object) -> None:
 
 @app.command(
     epilog=(
-        "Exit status: 0 done; 1 done with rejected lines, or stopped by a send or store failure "
-        "(the message names the --resume id); 2 invalid options or resume id; 130/143 "
+        "Exit status: 0 done; 1 done with rejected lines or failed snapshots (ERROR results or "
+        "dead letters so far), an unreachable broker, or stopped by a send or store failure "
+        "(the message names the --resume id); 2 invalid options, inputs or resume id; 130/143 "
         "interrupted by Ctrl-C/SIGTERM (--resume ID continues)."
     )
 )
@@ -256,9 +308,13 @@ def backfill(
 
     settings = _settings(metric_set=metric_set)
     url = _broker(settings)
+    try:
+        sources = expand_paths(paths)  # a FIFO or device is refused here, before anything
+    except (ValueError, FileNotFoundError) as exc:
+        _err.print(f"[red]invalid backfill:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     chosen = resume or backfill_id
     if chosen is None:
-        sources = expand_paths(paths)
         chosen = backfill_id_for(sources, format=fmt, unit=unit, metric_set=settings.metric_set)
     job = _Backfill(paths, chosen, resume, backfill_id, batch_size, max_depth, rate, fmt, unit)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -277,6 +333,8 @@ def backfill(
 
 def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
     """One backfill run with the store, the producer and the progress bar open."""
+    import redis  # noqa: PLC0415
+
     from producer._backfill import (  # noqa: PLC0415 - fast --help
         BackfillError,
         RedisQueueDepth,
@@ -285,15 +343,18 @@ def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
         store_counts,
     )
     from worker.broker import is_redis  # noqa: PLC0415
-    from worker.ops import producer_for  # noqa: PLC0415
     from worker.store import StoreError, open_store  # noqa: PLC0415
 
     depth = RedisQueueDepth(url, LANE_QUEUES[Lane.BACKFILL]) if is_redis(url) else None
     per_message = settings.batch_size
+    if job.resume:
+        hint = f"continue with --resume {job.chosen}"
+    else:
+        hint = f"nothing sent for backfill {job.chosen}: run the same command again"
     try:
         with (
             open_store(settings.store_url) as store,
-            producer_for(settings, url) as producer,
+            _connected(settings, url, hint) as producer,
             rich_progress(_out) as progress,
         ):
             return run_backfill(
@@ -320,9 +381,11 @@ def _run_backfill(job: _Backfill, settings: Any, url: str) -> Any:
             soft_wrap=True,
         )
         raise typer.Exit(1) from None
-    except ValueError as exc:  # BACKFILL_MISMATCH, UNKNOWN_BACKFILL, bad --format / --unit
-        _err.print(f"[red]invalid backfill:[/red] {exc}", highlight=False)
+    except ValueError as exc:  # BACKFILL_MISMATCH, UNKNOWN_BACKFILL, INPUT_CHANGED, --format
+        _err.print(f"[red]invalid backfill:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    except redis.RedisError as exc:  # the queue depth could not be read, even after retries
+        _broker_down(exc, f"continue with --resume {job.chosen}")
     finally:
         if depth is not None:
             depth.close()
@@ -339,15 +402,19 @@ def _print_backfill(summary: Any, chosen: str) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    for rejected in summary.rejected_examples[:20]:
-        _print_rejection(rejected)
-    if p.rejected > 20:
-        _err.print(f"  … and {p.rejected - 20} more rejected lines", highlight=False)
+    _print_rejections(summary.rejected_examples, p.rejected)
     if summary.stopped:
         _err.print(
             f"stopped early; continue with --resume {chosen}", highlight=False, soft_wrap=True
         )
-    if p.rejected:
+    if p.failed:
+        _err.print(
+            f"{p.failed} snapshot(s) of this backfill failed (ERROR results or dead letters): "
+            "see `evalq status` and `evalq redrive`",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if p.rejected or p.failed:
         raise typer.Exit(1)
 
 
@@ -393,7 +460,6 @@ def outcome(
 ) -> None:
     """Send outcome events on the outcomes lane: every line of FILE, or one from the flags."""
     from producer._backfill import send_outcomes  # noqa: PLC0415 - fast --help
-    from worker.ops import producer_for  # noqa: PLC0415
 
     flags = locals()
     if file is not None and any(flags[f] is not None for f in _EVENT_FLAGS):
@@ -401,14 +467,15 @@ def outcome(
         raise typer.Exit(2)
     settings = _settings()
     single = None if file else _flag_event(flags)
-    with producer_for(settings, _broker(settings)) as producer:
+    with _connected(settings, _broker(settings)) as producer:
         if single is not None:
             producer.outcome(single)
             _out.print("sent 1 outcome event")
             return
         assert file is not None
-        summary = send_outcomes(file, producer.outcome, keep=0, on_reject=_print_rejection)
+        summary = send_outcomes(file, producer.outcome, keep=SHOWN_REJECTIONS)
     _out.print(f"sent {summary.sent} outcome event(s); rejected lines: {summary.rejected}")
+    _print_rejections(summary.rejected_examples, summary.rejected)
     if summary.rejected:
         raise typer.Exit(1)
 
@@ -418,17 +485,28 @@ def _print_rejection(rejected: object) -> None:
 
 
 def _flag_event(flags: dict[str, Any]) -> OutcomeEvent:
+    from producer._backfill import outcome_problem  # noqa: PLC0415 - fast --help
+
+    event = _parse_flag_event(flags)
+    problem = outcome_problem(event)
+    if problem is not None:
+        _err.print(f"invalid outcome event: --value: {problem[0]}: {problem[1]}", highlight=False)
+        raise typer.Exit(2)
+    return event
+
+
+def _parse_flag_event(flags: dict[str, Any]) -> OutcomeEvent:
     try:
         return OutcomeEvent(
             event_id=flags["event_id"] or "",
             trace_id=flags["trace_id"] or "",
             name=flags["name"] or "",
-            value=json.loads(flags["value"]),
+            value=json.loads(flags["value"], parse_constant=_no_constant),
             observed_at=flags["observed_at"] or datetime.now(UTC),
             session_id=flags["session_id"],
             unit_event_id=flags["unit_event_id"],
         )
-    except (ValidationError, ValueError) as exc:
+    except (ValidationError, ValueError, RecursionError) as exc:
         fields = sorted(
             {str(e["loc"][0]) for e in exc.errors()}
             if isinstance(exc, ValidationError)
@@ -440,6 +518,10 @@ def _flag_event(flags: dict[str, Any]) -> OutcomeEvent:
         raise typer.Exit(2) from None
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"non-finite number {name}")
+
+
 @app.command()
 def redrive(
     reason: Annotated[
@@ -448,16 +530,20 @@ def redrive(
     ] = None,
 ) -> None:
     """Re-enqueue open dead letters that decode to a snapshot or outcome now."""
-    from worker.ops import producer_for  # noqa: PLC0415 - fast --help
-    from worker.ops import redrive as do_redrive  # noqa: PLC0415
+    from worker.ops import redrive as do_redrive  # noqa: PLC0415 - fast --help
 
     settings = _settings()
-    with _store(settings) as store, producer_for(settings, _broker(settings)) as p:
+    with _store(settings) as store, _connected(settings, _broker(settings)) as p:
         summary = do_redrive(store, p, reason=reason, batch_size=settings.batch_size)
     _out.print(
         f"dead letters examined: {summary.examined}; re-enqueued: {summary.redriven}; "
         f"still invalid: {summary.still_invalid}"
     )
+    for skip in summary.skipped:  # why each stays open (reason codes, never payload content)
+        _err.print(f"  {skip}", highlight=False, markup=False, soft_wrap=True)
+    if summary.still_invalid > len(summary.skipped):
+        more = summary.still_invalid - len(summary.skipped)
+        _err.print(f"  … and {more} more still invalid", highlight=False)
 
 
 @app.command()
@@ -699,7 +785,12 @@ def status(
         raise typer.Exit(BREACH_EXIT_CODE)
 
 
-@app.command()
+@app.command(
+    epilog=(
+        "Exit status: 0 finished (each snapshot evaluated or dead-lettered), no line rejected; "
+        "1 rejected lines (the first 20 listed), nothing evaluated, or not done in --timeout-s."
+    )
+)
 def run(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     *,
@@ -733,7 +824,8 @@ def run(
             file, settings, spawn_worker=spawn_worker, timeout_s=timeout_s, progress=update
         )
     _print_run(result, settings)
-    if result.timed_out or result.evaluated == 0:
+    _print_rejections(result.rejected_examples, result.rejected_lines)
+    if result.timed_out or result.evaluated == 0 or result.rejected_lines:
         raise typer.Exit(1)
 
 

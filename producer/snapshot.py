@@ -40,6 +40,9 @@ __all__ = [
     "ENQUEUED_AT_HEADER",
     "EVALUATE_TASK",
     "LANE_QUEUES",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_ITEMS",
+    "MAX_ITEM_BYTES",
     "OUTCOME_TASK",
     "SCHEMA_VERSION",
     "TALLY_TASK",
@@ -108,6 +111,20 @@ LANE_QUEUES: Mapping[Lane, str] = MappingProxyType(
     {Lane.LIVE: "evalq.live", Lane.BACKFILL: "evalq.backfill", Lane.OUTCOMES: "evalq.outcomes"}
 )
 """The broker queue of each lane, defined once for producers and workers."""
+MAX_ITEM_BYTES: Final = 4 * 1024 * 1024
+"""Largest snapshot or outcome (compact JSON, UTF-8) a worker accepts (else PAYLOAD_TOO_LARGE).
+
+A contract constant: producers refuse larger items (naming file and line) instead of sending
+what a worker would dead-letter, and workers read their limit from here.
+"""
+MAX_BATCH_ITEMS: Final = 64
+"""Most snapshots in one backfill message; a worker accepts any batch up to this many items.
+
+Producers split larger batches (``EVALQ_BATCH_SIZE`` is the wanted size, clamped to this), so
+the batch sizes of producers and workers cannot mismatch into ``BATCH_TOO_LARGE`` dead letters.
+"""
+MAX_BATCH_BYTES: Final = 16 * 1024 * 1024
+"""Most bytes of snapshot JSON in one backfill message: a batch is split before it would pass."""
 ENQUEUED_AT_HEADER = "evalq_enqueued_at"
 """Message header: unix time (float seconds) of the publish, for queue-wait and age metrics."""
 

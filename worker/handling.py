@@ -37,6 +37,8 @@ from pydantic import ValidationError
 
 from producer.snapshot import (
     EVALUATE_TASK,
+    MAX_BATCH_ITEMS,
+    MAX_ITEM_BYTES,
     OUTCOME_TASK,
     SCHEMA_VERSION,
     TALLY_TASK,
@@ -68,7 +70,6 @@ from worker.store import (
 )
 
 __all__ = [
-    "MAX_ITEM_BYTES",
     "Delivery",
     "Handler",
     "RefusedError",
@@ -79,8 +80,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-MAX_ITEM_BYTES = 4 * 1024 * 1024
-"""Largest snapshot or outcome (canonical JSON) a worker accepts; larger is PAYLOAD_TOO_LARGE."""
 _JUDGED_REASONS = frozenset(
     {Reason.INVALID_RESPONSE, Reason.BACKEND_ERROR, Reason.REDUCE_ERROR, Reason.TIMEOUT}
 )
@@ -507,10 +506,6 @@ def _items(payload: Any) -> list[Any]:
     if len(items) > MAX_BATCH_ITEMS:
         raise RefusedError(DeadLetterCode.BATCH_TOO_LARGE)
     return items
-
-
-MAX_BATCH_ITEMS = 1000
-"""Most snapshots one backfill message may carry (the producer's largest batch)."""
 
 
 def _outcome_record(event: OutcomeEvent) -> OutcomeRecord:

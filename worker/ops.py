@@ -29,18 +29,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from producer import ImportErrorReport, Lane, OutcomeEvent, Producer, Snapshot, read_snapshots
+from producer._reader import RejectedLine
 from producer._report import ReportScope, build_report
-from producer.snapshot import SamplingTally, WindowViolation
+from producer.snapshot import MAX_ITEM_BYTES, SamplingTally, WindowViolation
 from worker.app import create_app
 from worker.broker import broker_transport_options
 from worker.embedded import RedisServer
-from worker.metric_sets import build_metric_set
+from worker.metric_sets import METRIC_SETS, build_metric_set
 from worker.runtime import judge_identity
 from worker.settings import ConfigError, Settings
 from worker.store import DeadLetter, Store, StoreError, failure_line, open_store
 from worker.supervisor import Supervisor
 
 __all__ = [
+    "RedriveSkip",
     "RedriveSummary",
     "RunResult",
     "WorkerProcess",
@@ -126,13 +128,50 @@ def producer_for(settings: Settings, broker_url: str | None = None) -> Producer:
 # --- redrive -----------------------------------------------------------------------------------
 
 
+REDRIVE_SHOWN = 20
+"""Dead letters a redrive names individually among those it left open."""
+
+
+@dataclass(frozen=True)
+class RedriveSkip:
+    """A dead letter left open: its id, its reason, and why it was not re-enqueued (a code).
+
+    ``code``: ``TRUNCATED`` (only the head of the payload was kept), ``UNDECODABLE`` (the
+    payload is not JSON text), ``UNKNOWN_PAYLOAD`` (no snapshot, outcome or tally), or the
+    worker's reason code it would be dead-lettered with again (``UNKNOWN_METRIC_SET``,
+    ``WINDOW_VIOLATION``, ``JSON_TOO_DEEP``, ...). ``items`` counts the snapshots that are
+    still invalid (the valid ones of a batch were re-enqueued).
+    """
+
+    dead_letter_id: str
+    reason: str
+    code: str
+    items: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.dead_letter_id} ({self.reason}): {self.code}"
+
+
 @dataclass(frozen=True)
 class RedriveSummary:
-    """What one redrive did: dead letters examined, re-enqueued, and still undecodable."""
+    """What one redrive did: dead letters examined, re-enqueued, and still invalid (left open).
+
+    ``skipped`` names the first :data:`REDRIVE_SHOWN` dead letters left open, with the code of
+    why; a dead letter that would be dead-lettered again is never re-enqueued.
+    """
 
     examined: int
     redriven: int
     still_invalid: int
+    skipped: tuple[RedriveSkip, ...] = ()
+
+
+class _StillInvalidError(Exception):
+    """A payload that a worker would refuse again (``code``)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def _unwrap(body: Any) -> Any:
@@ -146,70 +185,137 @@ def _unwrap(body: Any) -> Any:
     return args[0] if isinstance(args, list) and len(args) == 1 and not kwargs else None
 
 
-def _as_snapshots(item: Any) -> list[Snapshot] | None:
-    items = item if isinstance(item, list) and item else [item]
+def _sendable_json(model: Snapshot | OutcomeEvent | SamplingTally) -> None:
+    """Raise :class:`_StillInvalidError` if the worker's size or depth checks would refuse it."""
     try:
-        snapshots = [Snapshot.model_validate(i) for i in items]
-        for snapshot in snapshots:
-            snapshot.check_window()
-    except (ValidationError, WindowViolation):
+        text = model.model_dump_json()  # pydantic stops at a nesting depth of about 255
+        size = len(text.encode("utf-8"))
+    except (ValueError, RecursionError):  # includes UnicodeEncodeError (lone surrogates)
+        raise _StillInvalidError("JSON_TOO_DEEP") from None
+    if size > MAX_ITEM_BYTES:
+        raise _StillInvalidError("PAYLOAD_TOO_LARGE")
+
+
+def _accepted_snapshot(item: Any) -> Snapshot:
+    """The snapshot a worker would evaluate now, else :class:`_StillInvalidError` with its code."""
+    try:
+        snapshot = Snapshot.model_validate(item)
+    except ValidationError:
+        raise _StillInvalidError("SCHEMA_INVALID") from None
+    _sendable_json(snapshot)
+    try:
+        snapshot.trace()
+    except WindowViolation:
+        raise _StillInvalidError("WINDOW_VIOLATION") from None
+    except (ValueError, RecursionError):
+        raise _StillInvalidError("TRACE_INVALID") from None
+    if snapshot.metric_set not in METRIC_SETS:
+        raise _StillInvalidError("UNKNOWN_METRIC_SET")
+    return snapshot
+
+
+def _as_snapshots(item: Any) -> tuple[list[Snapshot], list[str]] | None:
+    """(valid snapshots, codes of the invalid items), or None when no item is a snapshot."""
+    items = item if isinstance(item, list) and item else [item]
+    valid: list[Snapshot] = []
+    codes: list[str] = []
+    for one in items:
+        try:
+            valid.append(_accepted_snapshot(one))
+        except _StillInvalidError as exc:
+            codes.append(exc.code)
+    looks_like_snapshots = any(isinstance(i, dict) and "events" in i for i in items)
+    if not valid and not looks_like_snapshots:
         return None
-    return snapshots
+    return valid, codes
 
 
 def _as_outcome(item: Any) -> OutcomeEvent | None:
     try:
-        return OutcomeEvent.model_validate(item)
+        event = OutcomeEvent.model_validate(item)
     except ValidationError:
         return None
+    _sendable_json(event)
+    return event
 
 
 def _as_tally(item: Any) -> SamplingTally | None:
     try:
-        return SamplingTally.model_validate(item)
+        tally = SamplingTally.model_validate(item)
     except ValidationError:
         return None
+    _sendable_json(tally)
+    return tally
 
 
-def _redrive_one(dead: DeadLetter, producer: Producer, batch_size: int) -> bool:
-    """Re-enqueue one dead letter if its payload decodes now; True if it was sent."""
+def _decode_payload(dead: DeadLetter) -> Any:
     if dead.truncated:
-        return False
+        raise _StillInvalidError("TRUNCATED")
     try:
-        item = _unwrap(json.loads(dead.payload.decode("utf-8")))
-    except (UnicodeDecodeError, ValueError):
-        return False
-    snapshots = _as_snapshots(item)
-    if snapshots is not None:
-        lane = Lane(dead.lane) if dead.lane in tuple(Lane) else None
-        producer.enqueue_many(snapshots, lane=lane, batch_size=min(batch_size, len(snapshots)))
-        return True
-    event = _as_outcome(item)
-    if event is not None:
-        producer.outcome(event)
-        return True
-    tally = _as_tally(item)
-    if tally is not None:
-        producer.send_tally(tally)
-        return True
-    return False
+        return _unwrap(json.loads(dead.payload.decode("utf-8"), parse_constant=_no_constant))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise _StillInvalidError("UNDECODABLE") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _redrive_one(dead: DeadLetter, producer: Producer, batch_size: int) -> RedriveSkip | None:
+    """Re-enqueue one dead letter if a worker would accept it now; else why it stays open.
+
+    Of a batch, the valid snapshots are re-enqueued and the dead letter stays open (naming the
+    items still invalid): re-sending the valid ones again later is absorbed by idempotency.
+    """
+    try:
+        item = _decode_payload(dead)
+        snapshots = _as_snapshots(item)
+        if snapshots is not None:
+            valid, codes = snapshots
+            if valid:
+                lane = Lane(dead.lane) if dead.lane in tuple(Lane) else None
+                size = min(batch_size, len(valid))
+                producer.send_many(valid, lane=lane, batch_size=size)
+            if codes:
+                return RedriveSkip(dead.dead_letter_id, dead.reason, codes[0], len(codes))
+            return None
+        event = _as_outcome(item)
+        if event is not None:
+            producer.outcome(event)
+            return None
+        tally = _as_tally(item)
+        if tally is not None:
+            producer.send_tally(tally)
+            return None
+    except _StillInvalidError as exc:
+        return RedriveSkip(dead.dead_letter_id, dead.reason, exc.code)
+    return RedriveSkip(dead.dead_letter_id, dead.reason, "UNKNOWN_PAYLOAD")
 
 
 def redrive(
     store: Store, producer: Producer, *, reason: str | None = None, batch_size: int = 1
 ) -> RedriveSummary:
-    """Re-enqueue every open dead letter (optionally of one reason code) that decodes now.
+    """Re-enqueue every open dead letter (optionally of one reason code) a worker accepts now.
 
     Each one sent gets a redrive record (after the publish: a crash in between re-sends it next
-    time, which the workers' idempotency absorbs). The rest stay open.
+    time, which the workers' idempotency absorbs). The rest stay open and are reported: a
+    payload that cannot be decoded (truncated, not JSON) is skipped, and one that a worker
+    would dead-letter again (an unknown metric set, a window violation, too deep or too large)
+    is "still invalid", never re-enqueued, so repeated redrives converge.
     """
-    examined = redriven = 0
+    examined = redriven = left = 0
+    skipped: list[RedriveSkip] = []
     for dead in store.open_dead_letters(reason):
         examined += 1
-        if _redrive_one(dead, producer, batch_size):
+        skip = _redrive_one(dead, producer, batch_size)
+        if skip is None:
             store.record_redrive(dead.dead_letter_id)
             redriven += 1
-    return RedriveSummary(examined, redriven, examined - redriven)
+            continue
+        left += 1
+        if len(skipped) < REDRIVE_SHOWN:
+            skipped.append(skip)
+    return RedriveSummary(examined, redriven, left, tuple(skipped))
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -271,6 +377,7 @@ class RunResult:
     timed_out: bool
     worker_log: Path | None
     by_metric: dict[str, Counter[str]] = field(default_factory=dict)
+    rejected_examples: tuple[RejectedLine, ...] = ()
     passed: dict[str, int] = field(default_factory=dict)
 
 
@@ -351,7 +458,7 @@ def run_pipeline(
         if spawn_worker:
             worker = WorkerProcess(_worker_env(settings, broker_url), workdir / "worker.log")
             stack.callback(worker.stop)
-        rejected = ImportErrorReport()
+        rejected = ImportErrorReport(keep=20)
         with producer_for(settings, broker_url) as producer:
             ids = set(producer.enqueue_many(snapshots_for(path, settings, report=rejected)))
         deadline = time.monotonic() + timeout_s
@@ -371,6 +478,7 @@ def run_pipeline(
             evaluated=evaluated,
             dead_lettered=dead,
             rejected_lines=rejected.rejected_count,
+            rejected_examples=tuple(rejected.rejected),
             timed_out=timed_out,
             worker_log=worker.log_path if worker else None,
         )

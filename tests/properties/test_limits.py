@@ -17,12 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from producer import Snapshot
+from producer.snapshot import MAX_ITEM_BYTES
 from tests.properties.strategies import examples
 from tests.queue.queue_kit import example_snapshots
 from worker._json import canonical_json
 from worker.dead_letters import DeadLetterCode
 from worker.evaluation import Evaluator, Limits, Reason, Status, Thresholds, Trace, agent_metrics
-from worker.handling import MAX_ITEM_BYTES, RefusedError, decode_snapshot
+from worker.handling import RefusedError, decode_snapshot
 from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
 
 LIMIT = 4_000

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from producer import EVALUATE_TASK, OUTCOME_TASK, Lane, Producer, Snapshot
+from producer.snapshot import MAX_ITEM_BYTES
 from tests.properties.strategies import examples, json_values
 from tests.queue.queue_kit import (
     WorkerProcess,
@@ -32,7 +33,7 @@ from tests.queue.queue_kit import (
 )
 from worker.broker import broker_transport_options
 from worker.embedded import RedisServer
-from worker.handling import MAX_ITEM_BYTES, decode_snapshot
+from worker.handling import decode_snapshot
 from worker.metrics import DEAD_LETTER_REASONS
 from worker.settings import load_settings
 from worker.store import Store, open_store
