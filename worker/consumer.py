@@ -162,6 +162,7 @@ class Intake:
         self._settled: collections.deque[tuple[Message, Verdict]] = collections.deque()
         self._flush_scheduled = False
         self.in_flight = 0
+        self._held: dict[int, Message] = {}  # id -> message, between drain and settle
         self._idle: asyncio.Event | None = None  # set when nothing is in flight (shutdown)
 
     # -- consumer thread ------------------------------------------------------------------------
@@ -180,6 +181,12 @@ class Intake:
             DeadLetterCode.UNDECODABLE, raw, lane=broker.lane_of_queue(queue)
         )
         self.loop.call_soon_threadsafe(self._handle_poison, delivery, queue, tag)
+
+    def renew_leases(self) -> None:
+        """Renew the visibility lease of every message held (a timer on the consumer's thread)."""
+        held = list(self._held.values())  # one C-level copy: the loop thread may add meanwhile
+        if held:
+            broker.renew(held)
 
     def flush_pending(self) -> None:
         """Settle now what waits for the consumer's thread (shutdown: the hub runs no more)."""
@@ -224,11 +231,13 @@ class Intake:
             if delivery.enqueued_at is not None and delivery.lane is not None:
                 metrics.observe_queue_wait(delivery.lane.value, time.time() - delivery.enqueued_at)
         self.in_flight += len(messages)
+        self._held.update((id(m), m) for m in messages)
         for message, verdict in zip(messages, self.handler.submit(deliveries), strict=True):
             verdict.add_done_callback(partial(self._settle, message))
 
     def _settle(self, message: Message, verdict: asyncio.Future[Verdict]) -> None:
         self.in_flight -= 1
+        self._held.pop(id(message), None)
         if not self.in_flight and self._idle is not None:
             self._idle.set()
         self._settled.append((message, verdict.result()))

@@ -58,6 +58,7 @@ class Lifecycle(bootsteps.StartStopStep):
         rt = runtime.current(settings)
         runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
         c.evalq_intake = Intake(Handler(rt), c)
+        self._renewals: Any = None
         self._serve_metrics(settings)
         _watch_parent()
 
@@ -67,6 +68,14 @@ class Lifecycle(bootsteps.StartStopStep):
             return
         self.exporter = metrics.start_exporter(port, addr=settings.metrics_addr)
         _log.info("metrics exporter on %s:%d", settings.metrics_addr, self.exporter.port)
+
+    def start(self, c: Any) -> None:
+        """Renew the leases of held messages every quarter of the visibility timeout."""
+        intake: Intake | None = getattr(c, "evalq_intake", None)
+        if intake is None or self._renewals is not None:
+            return
+        every_s = c.app.settings.effective_visibility_timeout_s / 4
+        self._renewals = c.timer.call_repeatedly(every_s, intake.renew_leases)
 
     def close(self, c: Any) -> None:
         """Warm shutdown: let the messages in flight finish and be acked (bounded)."""

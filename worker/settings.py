@@ -203,13 +203,10 @@ class Settings(BaseSettings):
         if self.judge is JudgeKind.CHAT and (self.judge_url is None or self.judge_model is None):
             field = "judge_url" if self.judge_url is None else "judge_model"
             raise _FieldRuleError(field, "required for EVALQ_JUDGE=chat")
-        if (
-            self.visibility_timeout_s is not None
-            and self.visibility_timeout_s < self.longest_task_s
-        ):
+        if self.visibility_timeout_s is not None and self.visibility_timeout_s < self.evaluation_s:
             raise _FieldRuleError(
                 "visibility_timeout_s",
-                f"must be at least the longest task ({self.longest_task_s:g} s)",
+                f"must be at least one evaluation's budget and margin ({self.evaluation_s:g} s)",
             )
         return self
 
@@ -259,11 +256,21 @@ class Settings(BaseSettings):
         return self.budget_s * self.batch_size + BACKSTOP_MARGIN_S
 
     @property
+    def evaluation_s(self) -> float:
+        """Longest one evaluation takes once it has a slot: its budget plus the backstop margin."""
+        return self.budget_s + BACKSTOP_MARGIN_S
+
+    @property
     def effective_visibility_timeout_s(self) -> float:
-        """Redis visibility timeout: 4 x the longest task (celery-notes rule 3), or the override."""
+        """Redis visibility timeout: the override, else 4 x one evaluation, at least 60 s.
+
+        A worker renews the lease of every message it holds every quarter of this timeout
+        (:mod:`worker.broker`), so a long batch is never redelivered while it is being worked
+        on, and a dead worker's messages come back within this timeout plus one restore sweep.
+        """
         if self.visibility_timeout_s is not None:
             return self.visibility_timeout_s
-        return math.ceil(4 * self.longest_task_s)
+        return max(60.0, math.ceil(4 * self.evaluation_s))
 
     @property
     def queues(self) -> tuple[str, ...]:

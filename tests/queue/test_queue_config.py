@@ -103,11 +103,13 @@ def test_enqueue_and_worker_require_a_broker_url() -> None:
         create_app(load_settings())
 
 
-def test_visibility_timeout_is_sized_from_the_longest_task() -> None:
-    """VT = 4 x (budget x batch rounds + margin): no redelivery races a live task; < 2 min."""
-    settings = load_settings(budget_s=3, batch_size=4, concurrency=32)
-    assert settings.longest_task_s == 3 * 4 + 2
-    assert settings.effective_visibility_timeout_s == 4 * (3 * 4 + 2)
+def test_visibility_timeout_is_sized_from_one_evaluation() -> None:
+    """VT = max(60 s, 4 x (budget + margin)): held messages renew their lease, so a batch's
+    length does not matter; a dead worker's messages come back within ~1 minute."""
+    settings = load_settings(budget_s=3, batch_size=64, concurrency=32)
+    assert settings.evaluation_s == 3 + 2
+    assert settings.effective_visibility_timeout_s == 60
+    assert load_settings(budget_s=30).effective_visibility_timeout_s == 4 * (30 + 2)
     options = broker_transport_options(settings, "redis://127.0.0.1:6379/0")
     assert options["visibility_timeout"] == settings.effective_visibility_timeout_s
     assert options["visibility_timeout"] + options["unacked_restore_interval"] < 120

@@ -171,3 +171,36 @@ def _fresh_pg(request: pytest.FixtureRequest) -> str:
 
     request.addfinalizer(drop)
     return f"{base.rpartition('/')[0]}/{name}"
+
+
+def test_a_batch_longer_than_the_visibility_timeout_is_not_redelivered(
+    redis_url: str,
+    sqlite_url: str,
+    judge_server: JudgeServer,
+    start_worker: Callable[..., WorkerProcess],
+    producer_for: Callable[..., Producer],
+    open_test_store: Callable[[str], Store],
+) -> None:
+    """A batch of 8 taking ~7 s against a 4 s visibility timeout, two workers: the holder renews
+    its lease, so nothing is redelivered and the judge is asked exactly 8 times."""
+    judge_server.latency_ms = 800
+    knobs = systemone_knobs(
+        judge_server.base_url,
+        sqlite_url,
+        redis_url,
+        budget_s="1",
+        concurrency="1",
+        processes="1",
+        batch_size="8",
+        visibility_timeout_s="4",
+        restore_interval_s="1",
+    )
+    start_worker(**knobs)
+    start_worker(**knobs)
+    snapshots = variants(example_snapshots()["order-42"], 8, "lease")
+    producer_for(**knobs).enqueue_many(snapshots, lane=Lane.BACKFILL, batch_size=8)
+    store = open_test_store(sqlite_url)
+    wait_until(lambda: store.count_evaluations() >= 8, 60, "the batch evaluated")
+    time.sleep(5.0)  # a redelivery would have been judged again by now
+    assert judge_server.count == 8
+    assert store.count_evaluations() == 8

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._acks import ack_all, forget, requeue
+from ._acks import ack_all, forget, renew, requeue
 from ._options import broker_transport_options, is_redis, lane_of_queue, transport_setting
 from ._qos import DeliveredAnyway, protect_deliveries, retire
 from ._reliable_fetch import Channel as ReliableChannel
@@ -31,6 +31,7 @@ __all__ = [
     "lane_of_queue",
     "protect",
     "protect_deliveries",
+    "renew",
     "requeue",
     "retire",
     "transport_setting",

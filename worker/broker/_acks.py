@@ -9,6 +9,7 @@ retired after a lost connection acks nothing (its messages are redelivered; see 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from kombu.transport import virtual
 
 from ._reliable_fetch import Channel as ReliableChannel
 
-__all__ = ["ack_all", "forget", "requeue"]
+__all__ = ["ack_all", "forget", "renew", "requeue"]
 
 _log = logging.getLogger(__name__)
 
@@ -85,3 +86,30 @@ def forget(connection: Any, tag: str) -> None:
             channel.forget(tag)
         except (redis.exceptions.RedisError, OSError) as exc:
             _log.warning("poison entry not forgotten (%s)", type(exc).__name__)
+
+
+def renew(messages: Sequence[Message]) -> None:
+    """Renew the visibility lease of messages still being worked on (Redis; elsewhere a no-op).
+
+    kombu's restore sweep redelivers an ``unacked`` entry whose ``unacked_index`` score is older
+    than the visibility timeout. A worker holding a long batch moves the score of each message
+    it holds to now (``ZADD XX``: only entries still there), one round trip per channel, so the
+    timeout bounds how long a *dead* worker's messages wait, not how long a batch may take.
+    """
+    by_channel: dict[int, list[Message]] = {}
+    for message in messages:
+        if not message.acknowledged and message.delivery_tag is not None:
+            by_channel.setdefault(id(message.channel), []).append(message)
+    now = time.time()
+    for group in by_channel.values():
+        qos = getattr(group[0].channel, "qos", None)
+        if getattr(group[0].channel, "evalq_retired", False) or not isinstance(
+            qos, kombu_redis.QoS
+        ):
+            continue
+        try:
+            with qos.pipe_or_acquire() as pipe:
+                pipe.zadd(qos.unacked_index_key, {m.delivery_tag: now for m in group}, xx=True)
+                pipe.execute()
+        except (redis.exceptions.RedisError, OSError) as exc:
+            _log.warning("leases not renewed (%s)", type(exc).__name__)
