@@ -33,6 +33,7 @@ from celery import Celery
 
 from producer import Lane, Producer, Snapshot, read_snapshots
 from producer.snapshot import LANE_QUEUES
+from worker.broker import queue_keys
 from worker.embedded import RedisServer
 
 __all__ = [
@@ -412,8 +413,7 @@ class Bench:
 
 def queue_depth(client: redis.Redis, lane: Lane) -> int:
     """Messages waiting in a lane queue (all of kombu's priority sub-lists)."""
-    queue = LANE_QUEUES[lane]
-    keys = [queue] + [f"{queue}\x06\x16{step}" for step in (3, 6, 9)]
+    keys = queue_keys(LANE_QUEUES[lane])
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.llen(key)

@@ -1,6 +1,6 @@
 """The one Celery app factory: :func:`create_app` builds the worker's app from :class:`Settings`.
 
-Reliability settings follow measured Celery 5.7 / kombu 5.7 facts (``docs/queue.md``):
+Reliability settings follow measured Celery 5.7 / kombu 5.7 facts (``docs/concurrency.md``):
 
 - at-least-once: ``task_acks_late`` + ``task_reject_on_worker_lost``; a message is acked only
   after the transaction holding its records committed (:mod:`worker.committer`), duplicates are

@@ -45,6 +45,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from producer.snapshot import LANE_QUEUES, Lane
+from worker.broker import (
+    PRIORITY_SEP,
+    PRIORITY_STEPS,
+    UNACKED_INDEX_KEY,
+    UNACKED_KEY,
+    queue_keys,
+)
 from worker.dead_letters import DeadLetterCode
 from worker.evaluation import Reason, Report, Status
 from worker.judges import (
@@ -562,8 +569,8 @@ class QueueInspector:
         client: redis.Redis,
         queues: Mapping[str, str] | None = None,
         *,
-        priority_steps: Sequence[int] = (0, 3, 6, 9),
-        sep: str = "\x06\x16",
+        priority_steps: Sequence[int] = PRIORITY_STEPS,
+        sep: str = PRIORITY_SEP,
         keyprefix: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -576,8 +583,7 @@ class QueueInspector:
         self._first_seen: dict[str, tuple[str, float]] = {}
 
     def _keys(self, queue: str) -> list[str]:
-        names = [queue if step == 0 else f"{queue}{self._sep}{step}" for step in self._steps]
-        return [self._prefix + name for name in names]
+        return list(queue_keys(queue, self._prefix, self._steps, self._sep))
 
     def snapshot(self) -> QueueStats:
         """Depth, unacked count and oldest age per lane (raises ``redis.RedisError`` if down)."""
@@ -586,7 +592,7 @@ class QueueInspector:
         lanes = tuple(
             self._lane(lane, q, unacked.get(q, 0), now) for lane, q in self._queues.items()
         )
-        oldest = self._client.zrange(self._prefix + "unacked_index", 0, 0, withscores=True)
+        oldest = self._client.zrange(self._prefix + UNACKED_INDEX_KEY, 0, 0, withscores=True)
         oldest_age = max(0.0, now - float(oldest[0][1])) if oldest else None
         memory = self._client.info("memory")
         return QueueStats(
@@ -626,7 +632,7 @@ class QueueInspector:
 
     def _unacked_by_queue(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for _tag, raw in self._client.hscan_iter(self._prefix + "unacked", count=500):
+        for _tag, raw in self._client.hscan_iter(self._prefix + UNACKED_KEY, count=500):
             queue = _unacked_routing_key(raw)
             counts[queue] = counts.get(queue, 0) + 1
         return counts

@@ -7,6 +7,7 @@ options, acks, and which lane a queue serves.
 - :mod:`._qos`: kombu patches for broker trouble (``BRPOP`` transports, lost connections).
 - :mod:`._acks`: acks in groups (one Redis round trip for everything settled at once).
 - :mod:`._options`: broker URLs and transport options.
+- :mod:`._layout`: kombu's Redis key layout (queue lists, ``unacked``), written down once.
 
 Nothing outside this package knows kombu's Redis key layout or transport internals.
 """
@@ -17,11 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ._acks import ack_all, forget, renew, requeue
+from ._layout import PRIORITY_SEP, PRIORITY_STEPS, UNACKED_INDEX_KEY, UNACKED_KEY, queue_keys
 from ._options import broker_transport_options, is_redis, lane_of_queue, transport_setting
 from ._qos import DeliveredAnyway, protect_deliveries, retire
 from ._reliable_fetch import Channel as ReliableChannel
 
 __all__ = [
+    "PRIORITY_SEP",
+    "PRIORITY_STEPS",
+    "UNACKED_INDEX_KEY",
+    "UNACKED_KEY",
     "DeliveredAnyway",
     "ReliableChannel",
     "ack_all",
@@ -31,6 +37,7 @@ __all__ = [
     "lane_of_queue",
     "protect",
     "protect_deliveries",
+    "queue_keys",
     "renew",
     "requeue",
     "retire",
