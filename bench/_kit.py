@@ -707,20 +707,31 @@ def _depth(client: redis.Redis, queue: str) -> int:
     return sum(int(n) for n in pipe.execute())
 
 
-def solo_noop_rate(bench: Bench, count: int, timeout_s: float = 120.0) -> Drain:
-    """N: one stock ``celery worker -P solo`` draining ``count`` empty tasks (acks_late, JSON).
+def solo_noop_rate(
+    bench: Bench, count: int, timeout_s: float = 120.0, *, evalq_config: bool = False
+) -> Drain:
+    """N: one ``celery worker -P solo`` draining ``count`` empty tasks (acks_late, JSON).
 
-    The app is stock Celery (``bench._noop_solo_app``: default prefetch, no task events), so
-    this is the framework's own one-task-per-message ceiling on this Redis, the strictest N.
+    By default the app is stock Celery (``bench._noop_solo_app``: default prefetch, no task
+    events): the framework's own one-task-per-message rate on this Redis. ``evalq_config`` runs
+    P2's ``bench._noop_app`` instead (evalq's Celery configuration: prefetch 1, task events).
     """
+    module, queue = (
+        ("bench._noop_app", LANE_QUEUES[Lane.BACKFILL])
+        if evalq_config
+        else (
+            "bench._noop_solo_app",
+            SOLO_NOOP_QUEUE,
+        )
+    )
     app = Celery("evalq-bench-fill", broker=bench.broker_url, set_as_current=False)
     app.conf.task_serializer = "json"
     with app.producer_or_acquire() as producer, producer.batch(max_size=500):
         for i in range(count):
-            app.send_task(NOOP_TASK, args=(i,), queue=SOLO_NOOP_QUEUE, producer=producer)
+            app.send_task(NOOP_TASK, args=(i,), queue=queue, producer=producer)
     app.close()
-    argv = [sys.executable, "-m", "celery", "-A", "bench._noop_solo_app", "worker", "-P", "solo"]
-    argv += ["-Q", SOLO_NOOP_QUEUE, "--loglevel=WARNING", "--hostname=noop-solo@%h"]
+    argv = [sys.executable, "-m", "celery", "-A", module, "worker", "-P", "solo"]
+    argv += ["-Q", queue, "--loglevel=WARNING", "--hostname=noop-solo@%h"]
     argv += ["--without-gossip", "--without-mingle"]
     process = bench.process(argv, deployment_env(bench.broker_url), "noop-solo")
     client = redis.Redis.from_url(bench.broker_url)
@@ -728,7 +739,7 @@ def solo_noop_rate(bench: Bench, count: int, timeout_s: float = 120.0) -> Drain:
     try:
 
         def drained() -> int:
-            left = _depth(client, SOLO_NOOP_QUEUE)
+            left = _depth(client, queue)
             samples.append((time.monotonic(), count - left))
             return count - left
 

@@ -76,6 +76,7 @@ LIVE_LATENCY_MS = 1000.0
 SHORT_LATENCY_MS = 100.0
 HEADLINE_C = 256
 SHORT_C = 64
+SHORT_CURVE_MAX_C = 256
 WIDE_C = 1024
 BACKFILL_C = 64
 X0_OVER_N = 1.3
@@ -145,12 +146,18 @@ class StoreRun:
     kind: str
     x0: dict[int, Point] = field(default_factory=dict)
     slow: dict[int, Point] = field(default_factory=dict)
-    short: Point | None = None
+    fast: dict[int, Point] = field(default_factory=dict)
+    """L = 100 ms drains by C (C <= 256: above it the ideal is past any X0)."""
     backfill_x0: Point | None = None
     backfill_short: Point | None = None
     p95_ms: float = math.nan
     p95_note: str = ""
     p95_ok: bool = False
+
+    @property
+    def short(self) -> Point | None:
+        """The L = 100 ms, C = 64 drain."""
+        return self.fast.get(SHORT_C)
 
 
 @dataclass(frozen=True)
@@ -391,7 +398,9 @@ def _jevals_python() -> Path | str:
 # --- the run ------------------------------------------------------------------------------------
 
 
-def measure_store(lanes: Lanes, kind: str, curve: Sequence[int], n: float) -> StoreRun:
+def measure_store(
+    lanes: Lanes, kind: str, curve: Sequence[int], n: float, *, live_only: bool = False
+) -> StoreRun:
     """Every drain of one store, X0 of a (lane, C) before the drains that are compared with it."""
     result = StoreRun(kind)
     guess = 1.5 * n if n == n else 500.0  # X0 is expected near 1.3 N or above
@@ -401,16 +410,14 @@ def measure_store(lanes: Lanes, kind: str, curve: Sequence[int], n: float) -> St
         result.slow[c] = lanes.drain(
             kind, Lane.LIVE, c, LIVE_LATENCY_MS, _expected(result.x0[c], c, LIVE_LATENCY_MS, guess)
         )
-    short = result.x0.get(SHORT_C)
-    short_x0 = short if short is not None else lanes.drain(kind, Lane.LIVE, SHORT_C, 0.0, guess)
-    result.x0.setdefault(SHORT_C, short_x0)
-    result.short = lanes.drain(
-        kind,
-        Lane.LIVE,
-        SHORT_C,
-        SHORT_LATENCY_MS,
-        _expected(short_x0, SHORT_C, SHORT_LATENCY_MS, guess),
-    )
+    if SHORT_C not in result.x0:
+        result.x0[SHORT_C] = lanes.drain(kind, Lane.LIVE, SHORT_C, 0.0, _guess(result.x0, guess))
+    for c in sorted({SHORT_C, *(c for c in curve if c <= SHORT_CURVE_MAX_C)}):
+        expected = _expected(result.x0[c], c, SHORT_LATENCY_MS, guess)
+        result.fast[c] = lanes.drain(kind, Lane.LIVE, c, SHORT_LATENCY_MS, expected)
+    if live_only:
+        result.p95_note = "not measured (--live-only)"
+        return result
     result.backfill_x0 = lanes.drain(kind, Lane.BACKFILL, BACKFILL_C, 0.0, guess)
     result.backfill_short = lanes.drain(
         kind,
@@ -628,10 +635,13 @@ def _cpu_row(figure: str, point: Point | None, base: Baselines, where: str) -> R
 
 
 def curve_table(run: StoreRun) -> str:
-    """The live curve: per C, X0 and the L=1 s rate, ratios to ideal and to min(ideal, X0), CPU."""
+    """The live curve: per C, X0 and the L=1 s rate, ratios to ideal and to min(ideal, X0), CPU.
+
+    L = 100 ms (C <= 256) is shown with its ratio to min(C/L, X0) in its own columns.
+    """
     head = (
         f"{'C':>5} {'L=0 (X0)/s':>11} {'L=1s /s':>9} {'/ideal':>7} {'/min(ideal,X0)':>15} "
-        f"{'CPU ms L=0':>11} {'CPU ms L=1s':>12}  note"
+        f"{'CPU ms L=0':>11} {'CPU ms L=1s':>12} {'L=100ms /s':>11} {'/min(ideal,X0)':>15}  note"
     )
     lines = [
         f"live lane curve, {run.kind} (evalq worker --lanes live --concurrency C)",
@@ -639,35 +649,50 @@ def curve_table(run: StoreRun) -> str:
         "-" * len(head),
     ]
     for c in sorted(run.slow):
-        x0, slow = run.x0[c], run.slow[c]
+        x0, slow, fast = run.x0[c], run.slow[c], run.fast.get(c)
         ideal = _ideal(c, LIVE_LATENCY_MS)
         capped = min(ideal, x0.rate) if x0.rate == x0.rate else math.nan
+        fast_text = f"{'-':>11} {'-':>15}"
+        if fast is not None:
+            fast_capped = min(_ideal(c, SHORT_LATENCY_MS), x0.rate)
+            fast_text = f"{fast.rate:>11.1f} {fast.rate / fast_capped:>15.2f}"
+        points = (("L=0", x0), ("L=1s", slow), ("L=100ms", fast))
         note = "; ".join(
-            f"{name} {p.drain.failure}"
-            for name, p in (("L=0", x0), ("L=1s", slow))
-            if p.drain.failure
+            f"{name} {p.drain.failure}" for name, p in points if p is not None and p.drain.failure
         )
         lines.append(
             f"{c:>5} {x0.rate:>11.1f} {slow.rate:>9.1f} {slow.rate / ideal:>7.2f} "
             f"{slow.rate / capped:>15.2f} {x0.drain.cpu_ms_per_item:>11.2f} "
-            f"{slow.drain.cpu_ms_per_item:>12.2f}  {note}"
+            f"{slow.drain.cpu_ms_per_item:>12.2f} {fast_text}  {note}"
         )
     return "\n".join(lines)
 
 
-def measure(quick: bool, stores: Sequence[str]) -> tuple[list[Row], list[str]]:
+def measure(
+    quick: bool,
+    stores: Sequence[str],
+    curve: Sequence[int] | None = None,
+    *,
+    live_only: bool = False,
+) -> tuple[list[Row], list[str]]:
     """The whole run: N before, jevals, every store's drains, N after; (rows, curve tables)."""
     sizes = QUICK if quick else FULL
-    curve = QUICK_CURVE_C if quick else CURVE_C
+    curve = curve or (QUICK_CURVE_C if quick else CURVE_C)
     with Bench("lanes") as bench:
         lanes = Lanes(bench, sizes)
         before = solo_noop_rate(bench, sizes.noop)
         print(f"[N before: {before.rate_per_s:.1f}/s]", file=sys.stderr, flush=True)
+        lanes.client.flushall()
+        configured = solo_noop_rate(bench, sizes.noop, evalq_config=True)
+        lanes.client.flushall()
         jevals = {
             (c, ms): lanes.jevals(c, ms)
             for c, ms in ((HEADLINE_C, LIVE_LATENCY_MS), (SHORT_C, SHORT_LATENCY_MS))
         }
-        runs = [measure_store(lanes, kind, curve, before.rate_per_s) for kind in stores]
+        runs = [
+            measure_store(lanes, kind, curve, before.rate_per_s, live_only=live_only)
+            for kind in stores
+        ]
         after = solo_noop_rate(bench, sizes.noop)
         print(f"[N after: {after.rate_per_s:.1f}/s]", file=sys.stderr, flush=True)
     base = Baselines(before, after, jevals)
@@ -682,7 +707,19 @@ def measure(quick: bool, stores: Sequence[str]) -> tuple[list[Row], list[str]]:
             unit="tasks/s, the higher of before/after",
             note=_n_note(base) + f"; {base.noop_cpu_ms():.2f} ms CPU per task",
             load=load_average(),
-        )
+        ),
+        Row(
+            figure="N' evalq config -P solo",
+            measured=configured.rate_per_s,
+            baseline=base.n,
+            ratio=configured.rate_per_s / base.n,
+            target="printed",
+            passed=not configured.failure,
+            unit="no-op tasks/s under evalq's Celery config vs N",
+            note="bench._noop_app (P2's baseline app: prefetch 1, task events), once, after N "
+            f"before; {configured.cpu_ms_per_item:.2f} ms CPU per task",
+            load=load_average(),
+        ),
     ]
     for (c, ms), (rate, note) in jevals.items():
         rows.append(
@@ -694,7 +731,7 @@ def measure(quick: bool, stores: Sequence[str]) -> tuple[list[Row], list[str]]:
                 target="printed",
                 passed=rate == rate,
                 unit="traces/s vs C/L",
-                note=note,
+                note=note + "; its httpx client keeps httpx's default limit of 100 connections",
                 load=load_average(),
             )
         )
@@ -716,15 +753,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Issue 17 lane figures (user-facing commands)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
     parser.add_argument("--store", choices=("sqlite", "postgresql", "both"), default="both")
+    parser.add_argument(
+        "--curve", help="comma list of live concurrencies (default 16,64,256,1024,2048)"
+    )
+    parser.add_argument(
+        "--live-only", action="store_true", help="skip the backfill lane and the P95 figure"
+    )
     args = parser.parse_args(argv)
     stores = STORES if args.store == "both" else (args.store,)
+    concurrencies = [int(c) for c in args.curve.split(",")] if args.curve else None
     started = time.monotonic()
-    rows, curves = measure(args.quick, stores)
+    rows, curves = measure(args.quick, stores, concurrencies, live_only=args.live_only)
     mode = ", quick mode" if args.quick else ""
     print(f"evalq lanes ({os.cpu_count()} CPUs{mode}, {time.monotonic() - started:.0f} s)")
     print(table(rows))
-    for curve in curves:
-        print("\n" + curve)
+    for text in curves:
+        print("\n" + text)
     return 0 if args.quick or all(r.passed for r in rows) else 1
 
 
