@@ -406,10 +406,12 @@ def measure_store(
     guess = 1.5 * n if n == n else 500.0  # X0 is expected near 1.3 N or above
     for c in curve:
         result.x0[c] = lanes.drain(kind, Lane.LIVE, c, 0.0, _guess(result.x0, guess))
+    # A C whose X0 failed (refused) is sized from the best X0 so far, not from the N guess:
+    # the same command refuses again, and filling for 1.5 N only costs time.
+    known = _guess(result.x0, guess) / 1.5
     for c in curve:
-        result.slow[c] = lanes.drain(
-            kind, Lane.LIVE, c, LIVE_LATENCY_MS, _expected(result.x0[c], c, LIVE_LATENCY_MS, guess)
-        )
+        expected = _expected(result.x0[c], c, LIVE_LATENCY_MS, known)
+        result.slow[c] = lanes.drain(kind, Lane.LIVE, c, LIVE_LATENCY_MS, expected)
     if SHORT_C not in result.x0:
         result.x0[SHORT_C] = lanes.drain(kind, Lane.LIVE, SHORT_C, 0.0, _guess(result.x0, guess))
     for c in sorted({SHORT_C, *(c for c in curve if c <= SHORT_CURVE_MAX_C)}):
