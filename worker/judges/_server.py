@@ -82,9 +82,6 @@ class Fault:
 
 
 _NORMAL = Fault()
-_BACKLOG = 4096
-"""Accept queue: a worker with 2048 requests in flight opens 2048 connections at once, and a full
-default queue (128) drops connection attempts that the client retries only after a second."""
 
 
 def status(code: int, *, retry_after: str | float | None = None, body: str | None = None) -> Fault:
@@ -233,7 +230,7 @@ class JudgeServer:
         self._released = asyncio.Event()
         runner = web.AppRunner(self.application(), access_log=None, shutdown_timeout=2.0)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, backlog=_BACKLOG)
+        site = web.TCPSite(runner, host, port)
         await site.start()
         self._runner = runner
         bound = runner.addresses[0][1]
