@@ -26,8 +26,10 @@ backfill saturates the same workers (``evalq worker --lanes live,backfill``, def
 snapshots submitted at 15/s with ``Producer.submit``); CPU per snapshot printed per lane. A worker
 that refuses a concurrency (exit 2: the pre-17 worker's limit of 512) is printed as refused.
 
-Run: ``.venv/bin/python bench/lanes.py [--quick] [--store sqlite|postgresql|both]`` (about 25
-minutes for both stores; ``--quick`` is a smoke run of a few minutes whose figures mean nothing).
+Run: ``.venv/bin/python bench/lanes.py [--quick] [--store sqlite|postgresql|both]`` (about 15-25
+minutes for both stores; ``--quick`` is a smoke run of 3-5 minutes whose figures mean nothing).
+``--curve 64,256`` measures only those live concurrencies; ``--live-only`` skips the backfill lane
+and the P95 figure.
 """
 
 from __future__ import annotations
