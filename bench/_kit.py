@@ -39,29 +39,37 @@ from worker.embedded import RedisServer
 __all__ = [
     "API_KEY",
     "BASE_TRACE",
+    "EVALQ_COMMAND",
     "NOOP_TASK",
     "REPO",
     "SMALL_TRACE",
     "Bench",
+    "Drain",
+    "RecordStore",
     "Row",
     "Worker",
     "base_snapshot",
     "count_evaluations",
     "cpu_seconds",
     "created_times",
+    "deployment_env",
     "drain_cpu",
     "fill_backfill",
+    "fresh_postgres",
     "load_average",
     "main_for",
+    "measure_drain",
     "middle_rate",
     "percentile",
     "queue_depth",
     "rss_kib",
     "small_snapshot",
     "snapshots",
+    "solo_noop_rate",
     "table",
     "wait_for",
     "wait_recorded",
+    "write_traces",
 ]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -404,9 +412,12 @@ class Bench:
         ``argv`` replaces ``python -m worker`` (the no-op baseline). Call
         :meth:`Worker.wait_ready` when the figure needs the worker consuming before it goes on.
         """
-        index = len(self._stops)
-        log = self.directory / f"worker-{index}.log"
-        worker = Worker(self.worker_env(judge_url, settings), log, argv)
+        return self.process(argv, self.worker_env(judge_url, settings))
+
+    def process(self, argv: list[str] | None, env: dict[str, str], name: str = "worker") -> Worker:
+        """Start ``argv`` (default ``python -m worker``) with exactly ``env``; stopped on exit."""
+        log = self.directory / f"{name}-{len(self._stops)}.log"
+        worker = Worker(env, log, argv)
         self._stops.append(worker.stop)
         return worker
 
@@ -504,3 +515,249 @@ def wait_recorded(path: Path, count: int, timeout_s: float, worker: Worker | Non
         return count_evaluations(path) >= count
 
     return wait_for(done, timeout_s, f"{count} evaluations recorded", poll_s=0.25)
+
+
+# --- user-facing commands (bench/lanes.py) ----------------------------------------------------
+
+EVALQ_COMMAND = Path(sys.executable).with_name("evalq")
+"""The ``evalq`` console script of the running virtualenv: figures start what a user starts."""
+POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def deployment_env(
+    broker_url: str, store_url: str | None = None, judge_url: str | None = None
+) -> dict[str, str]:
+    """This environment without ``EVALQ_*``, plus the deployment facts only (no tuning knobs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVALQ_", "TYPESAFE_"))}
+    env["EVALQ_BROKER_URL"] = broker_url
+    if store_url is not None:
+        env["EVALQ_STORE_URL"] = store_url
+    if judge_url is not None:
+        env.update(
+            EVALQ_JUDGE="systemone",
+            EVALQ_JUDGE_URL=judge_url,
+            EVALQ_JUDGE_API_KEY=API_KEY,
+            EVALQ_THRESHOLDS="0.2,0.8",
+        )
+    return env
+
+
+def write_traces(path: Path, count: int, prefix: str) -> Path:
+    """A JSONL file of ``count`` copies of the base example trace, distinct ids (a user file)."""
+    for line in EXAMPLES.read_text(encoding="utf-8").splitlines():
+        trace = json.loads(line) if line.strip() else None
+        if trace is not None and trace.get("id") == BASE_TRACE:
+            break
+    else:
+        raise RuntimeError(f"{BASE_TRACE} is missing from {EXAMPLES}")
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(count):
+            out.write(json.dumps({**trace, "id": f"{prefix}-{i}"}) + "\n")
+    return path
+
+
+@contextlib.contextmanager
+def fresh_postgres(name: str) -> Iterator[str]:
+    """A new database on 127.0.0.1:5432 (user postgres, trust auth); dropped afterwards."""
+    import psycopg  # noqa: PLC0415 - only PostgreSQL figures need it
+    from psycopg import sql  # noqa: PLC0415
+
+    database = f"evalq_bench_{name}_{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{database}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+            )
+
+
+def _unix_s(value: Any) -> float:
+    """A stored ``created_at``: ISO text (SQLite) or an aware datetime (PostgreSQL)."""
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return at.timestamp()
+
+
+@dataclass(frozen=True)
+class RecordStore:
+    """Read-only view of the records of an SQLite or PostgreSQL store (by ``EVALQ_STORE_URL``)."""
+
+    url: str
+
+    @property
+    def is_sqlite(self) -> bool:
+        """True for ``sqlite:///…`` URLs."""
+        return self.url.startswith("sqlite:")
+
+    def _rows(self, sql_text: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        if self.is_sqlite:
+            path = Path(self.url.removeprefix("sqlite:///"))
+            if not path.exists():
+                return []
+            with contextlib.closing(_connect(path)) as conn:
+                try:
+                    return list(conn.execute(sql_text.replace("%s", "?"), tuple(params)))
+                except sqlite3.OperationalError:  # schema not created yet
+                    return []
+        import psycopg  # noqa: PLC0415 - only PostgreSQL figures need it
+
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+            try:
+                return list(conn.execute(sql_text, tuple(params)).fetchall())
+            except psycopg.errors.UndefinedTable:  # schema not created yet
+                return []
+
+    def count(self) -> int:
+        """Evaluations recorded so far (0 before the schema exists)."""
+        rows = self._rows("SELECT COUNT(*) FROM evaluations", ())
+        return int(rows[0][0]) if rows else 0
+
+    def created(self, prefix: str = "") -> dict[str, float]:
+        """``created_at`` (unix seconds) by trace id, of traces whose id starts with ``prefix``."""
+        rows = self._rows(
+            "SELECT trace_id, created_at FROM evaluations WHERE trace_id LIKE %s", (f"{prefix}%",)
+        )
+        return {str(trace): _unix_s(at) for trace, at in rows}
+
+    def error_reasons(self) -> dict[str, int]:
+        """Evaluations with an ERROR result, by reason: a drain of errors is not throughput."""
+        rows = self._rows(
+            "SELECT reason, COUNT(DISTINCT evaluation_id) FROM metric_results "
+            "WHERE status = 'ERROR' GROUP BY reason",
+            (),
+        )
+        return {str(reason): int(n) for reason, n in rows}
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One measured drain: steady-state rate, CPU and memory of the whole process tree."""
+
+    rate_per_s: float
+    recorded: int
+    expected: int
+    cpu_ms_per_item: float
+    cores: float
+    peak_rss_mib: float
+    seconds: float
+    failure: str = ""
+    """Empty when the drain completed; else why not (``refused (exit 2)``, ``timed out``)."""
+
+
+def measure_drain(
+    counted: Callable[[], int],
+    times: Callable[[], Sequence[float]],
+    expected: int,
+    process: Worker,
+    timeout_s: float,
+    *,
+    poll_s: float = 0.25,
+    window_s: float | None = None,
+) -> Drain:
+    """Wait (bounded) for ``expected`` items; CPU per item between the 10% and 90% marks.
+
+    ``counted`` polls progress, ``times`` gives every item's completion time at the end. With
+    ``window_s`` the drain also ends that long after the first item (the queue still full: a
+    steady state throughout), so an over-filled queue costs fill time, not drain time. A process
+    that exits first (the old worker refuses ``--concurrency`` above 512 with exit 2) or a timeout
+    is a :class:`Drain` with ``failure`` set, never an exception: the figure prints it.
+    """
+    started = time.monotonic()
+    samples: list[tuple[float, float, int]] = []
+    peak_kib, done, failure, first_at = 0, 0, "", 0.0
+    while done < expected:
+        code = process.process.poll()
+        now = time.monotonic()
+        if code is not None:
+            failure = f"refused (exit {code})" if code == 2 else f"exited ({code})"
+            break
+        if now - started > timeout_s:
+            failure = f"timed out after {timeout_s:.0f} s"
+            break
+        if window_s is not None and first_at and now - first_at >= window_s:
+            break
+        done = counted()
+        first_at = first_at or (now if done else 0.0)
+        with contextlib.suppress(RuntimeError):
+            peak_kib = max(peak_kib, rss_kib(process.pid))
+        samples.append((time.monotonic(), cpu_seconds(process.pid), done))
+        time.sleep(poll_s)
+    seconds = time.monotonic() - started
+    if failure:
+        return Drain(float("nan"), done, expected, float("nan"), float("nan"), 0, seconds, failure)
+    low = next(s for s in samples if s[2] >= 0.1 * done)
+    high = next(s for s in reversed(samples) if s[2] <= 0.9 * done)
+    (t0, c0, n0), (t1, c1, n1) = low, high
+    per_item = (c1 - c0) * 1000 / (n1 - n0) if n1 > n0 else float("nan")
+    cores = (c1 - c0) / (t1 - t0) if t1 > t0 else float("nan")
+    try:
+        rate = middle_rate(times())
+    except ValueError:
+        rate = float("nan")
+    return Drain(rate, done, expected, per_item, cores, peak_kib / 1024, seconds)
+
+
+def _depth(client: redis.Redis, queue: str) -> int:
+    pipe = client.pipeline(transaction=False)
+    for key in [queue] + [f"{queue}\x06\x16{step}" for step in (3, 6, 9)]:
+        pipe.llen(key)
+    pipe.hlen("unacked")
+    return sum(int(n) for n in pipe.execute())
+
+
+def solo_noop_rate(
+    bench: Bench, count: int, timeout_s: float = 120.0, *, evalq_config: bool = False
+) -> Drain:
+    """N: one ``celery worker -P solo`` draining ``count`` empty tasks (acks_late, JSON).
+
+    By default the app is stock Celery (``bench._noop_solo_app``: default prefetch, no task
+    events): the framework's own one-task-per-message rate on this Redis. ``evalq_config`` runs
+    P2's ``bench._noop_app`` instead (evalq's Celery configuration: prefetch 1, task events).
+    """
+    module, queue = (
+        ("bench._noop_app", LANE_QUEUES[Lane.BACKFILL])
+        if evalq_config
+        else (
+            "bench._noop_solo_app",
+            SOLO_NOOP_QUEUE,
+        )
+    )
+    app = Celery("evalq-bench-fill", broker=bench.broker_url, set_as_current=False)
+    app.conf.task_serializer = "json"
+    with app.producer_or_acquire() as producer, producer.batch(max_size=500):
+        for i in range(count):
+            app.send_task(NOOP_TASK, args=(i,), queue=queue, producer=producer)
+    app.close()
+    argv = [sys.executable, "-m", "celery", "-A", module, "worker", "-P", "solo"]
+    argv += ["-Q", queue, "--loglevel=WARNING", "--hostname=noop-solo@%h"]
+    argv += ["--without-gossip", "--without-mingle"]
+    process = bench.process(argv, deployment_env(bench.broker_url), "noop-solo")
+    client = redis.Redis.from_url(bench.broker_url)
+    samples: list[tuple[float, int]] = []
+    try:
+
+        def drained() -> int:
+            left = _depth(client, queue)
+            samples.append((time.monotonic(), count - left))
+            return count - left
+
+        def times() -> list[float]:
+            # each sample stands for the items completed since the one before it
+            out: list[float] = []
+            previous = 0
+            for at, done in samples:
+                out.extend([at] * max(0, done - previous))
+                previous = max(previous, done)
+            return out
+
+        result = measure_drain(drained, times, count, process, timeout_s, poll_s=0.01)
+    finally:
+        client.close()
+        process.stop()
+    return result
+
+
+SOLO_NOOP_QUEUE = "bench.noop"
+"""The queue of N's no-op tasks (not a lane: the stock app knows nothing of evalq)."""

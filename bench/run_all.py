@@ -1,10 +1,12 @@
-"""Run every figure of issue 6 in turn and print one table (each figure is also runnable alone).
+"""Run every figure of issues 6 and 17 in turn and print one table (each is also runnable alone).
 
 Figures: P1 judge-bound throughput, P2 batched vs Celery's per-message ceiling, P3 producer
-enqueue rate and memory, P4 judge that never answers, P5 worker memory over 100k snapshots, and
-live latency under a saturating backfill. Each starts and stops its own Redis, judge server and
-workers. About 8-10 minutes on 2 cores; ``--quick`` runs tiny sizes (a smoke run: its figures mean
-nothing). The machine's load average is printed with every row: re-run when it is high.
+enqueue rate and memory, P4 judge that never answers, P5 worker memory over 100k snapshots,
+live latency under a saturating backfill, and issue 17's lane figures (``bench/lanes.py``: the
+user-facing commands on SQLite and PostgreSQL, with their live-lane curve tables printed as they
+finish). Each starts and stops its own Redis, judge server and workers. About 30 minutes on 2
+cores; ``--quick`` runs tiny sizes (a smoke run: its figures mean nothing). The machine's load
+average is printed with every row: re-run when it is high.
 
 Run: ``.venv/bin/python bench/run_all.py [--quick]``
 """
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from bench import (
+    lanes,
     live_latency,
     p1_judge_bound,
     p2_batched_ceiling,
@@ -35,6 +38,7 @@ FIGURES: tuple[tuple[str, Callable[[bool], list[Row]]], ...] = (
     ("P4", p4_stalled_judge.run),
     ("P5", p5_worker_memory.run),
     ("live", live_latency.run),
+    ("lanes", lanes.run),
 )
 
 
