@@ -298,8 +298,9 @@ class Worker:
                     f"worker exited ({self.process.returncode}):\n{self.log[-3000:]}"
                 )
             replies = app.control.ping(timeout=0.3)
-            prefix = f"{self.name_prefix}@"
-            return any(name.startswith(prefix) for reply in replies or [] for name in reply)
+            # one node per consumer process: evalq-<pid>.<i>@host (or evalq-<pid>@host alone)
+            nodes = {name.partition("@")[0].partition(".")[0] for r in replies or [] for name in r}
+            return self.name_prefix in nodes
 
         try:
             wait_for(ready, timeout_s, "the worker to be ready", poll_s=0.05)

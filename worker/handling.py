@@ -348,6 +348,9 @@ class Handler:
     def __init__(self, rt: Runtime, committer: Committer | None = None) -> None:
         self.rt = rt
         self.committer = committer or Committer(rt)
+        # evaluation id -> the evaluation under way: a duplicate delivery that arrives while
+        # the first is being evaluated waits for it instead of asking the judge again.
+        self._under_way: dict[str, asyncio.Future[Any]] = {}
 
     async def handle(self, deliveries: Sequence[Delivery]) -> list[Verdict]:
         """Handle ``deliveries`` together and wait for every verdict (tests, simple callers)."""
@@ -438,8 +441,20 @@ class Handler:
                     )
                     metrics.observe_duplicate(job.lane.value)
                 else:
-                    message.writes.append(asyncio.ensure_future(self._evaluated(job, message)))
+                    message.writes.append(self._evaluation_of(job, message))
             self._settle_when_written(message)
+
+    def _evaluation_of(self, job: _Job, message: _Message) -> asyncio.Future[Any]:
+        """The evaluation of ``job``: the one under way for the same id, or a new one."""
+        under_way = self._under_way.get(job.evaluation_id)
+        if under_way is not None and not under_way.done():
+            _log.info("already being evaluated: %s", job.snapshot_id[:16])
+            metrics.observe_duplicate(job.lane.value)
+            return under_way
+        started = asyncio.ensure_future(self._evaluated(job, message))
+        self._under_way[job.evaluation_id] = started
+        started.add_done_callback(lambda _: self._under_way.pop(job.evaluation_id, None))
+        return started
 
     async def _existing(self, evaluation_ids: list[str]) -> frozenset[str]:
         return await self.rt.in_store_thread(self.rt.store.existing_evaluations, evaluation_ids)
@@ -540,6 +555,7 @@ def _observe(job: _Job, record: EvaluationRecord, report: Report, created: bool)
         _log.info("evaluation recorded: %s (%s)", job.snapshot_id[:16], record.metric_set_version)
     else:
         metrics.observe_duplicate(record.lane)
+        _log.info("evaluation already recorded: %s", job.snapshot_id[:16])
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

@@ -90,9 +90,14 @@ class Supervisor:
     # -- children -------------------------------------------------------------------------------
 
     def _env(self, share: int) -> dict[str, str]:
+        """The child's environment: this one, plus what ``evalq worker``'s flags changed."""
         env = dict(os.environ)
         env.update(
-            EVALQ_PROCESSES="1", EVALQ_CONCURRENCY=str(share), **{PARENT_ENV: str(os.getpid())}
+            EVALQ_PROCESSES="1",
+            EVALQ_CONCURRENCY=str(share),
+            EVALQ_LANES=",".join(lane.value for lane in self.settings.lanes),
+            EVALQ_LOG_LEVEL=self.settings.log_level,
+            **{PARENT_ENV: str(os.getpid())},
         )
         return env
 

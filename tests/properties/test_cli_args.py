@@ -56,7 +56,7 @@ def _argv(draw: st.DrawFn) -> list[str]:
     name = draw(st.sampled_from([*SUBCOMMANDS, "no-such-command", "--help", ""]))
     command = SUBCOMMANDS.get(name)
     argv = [name] if name else []
-    if command is None:
+    if command is None or not command.params:  # unknown, or a group (e.g. `store`)
         return argv + draw(st.lists(_values, max_size=3))
     for param in draw(st.lists(st.sampled_from(command.params), max_size=4)):
         if param.param_type_name == "argument":

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from producer import EVALUATE_TASK, OUTCOME_TASK, Lane, Producer, Snapshot
-from producer.snapshot import MAX_ITEM_BYTES
+from producer.snapshot import MAX_BATCH_ITEMS, MAX_ITEM_BYTES
 from tests.properties.strategies import examples, json_values
 from tests.queue.queue_kit import (
     WorkerProcess,
@@ -105,7 +105,7 @@ def test_each_kind_of_hostile_message_gets_its_own_reason_code(served: Served) -
     wire = example_snapshots()["order-42"].wire()
     sends: list[tuple[str, Any]] = [
         ("PAYLOAD_TOO_LARGE", {**wire, "source": "x" * (MAX_ITEM_BYTES + 1)}),
-        ("BATCH_TOO_LARGE", [wire] * (BATCH_SIZE + 1)),
+        ("BATCH_TOO_LARGE", [wire] * (MAX_BATCH_ITEMS + 1)),
         ("BAD_ARGUMENTS", []),
         ("UNSUPPORTED_SCHEMA_VERSION", {**wire, "schema_version": 0}),
         ("UNSUPPORTED_SCHEMA_VERSION", {**wire, "schema_version": "1"}),
@@ -139,7 +139,7 @@ def test_each_kind_of_hostile_message_gets_its_own_reason_code(served: Served) -
 def _expected_dead(body: Any) -> int:
     """Dead letters one message with argument ``body`` must produce (items refused)."""
     items = body if isinstance(body, list) else [body]
-    if not items or len(items) > BATCH_SIZE:
+    if not items or len(items) > MAX_BATCH_ITEMS:
         return 1
     return sum(1 for item in items if not _decodes(item))
 

@@ -166,16 +166,6 @@ def test_a_removed_variable_fails_the_start_saying_what_replaced_it(
     assert message.startswith(f"{name}: removed;")
 
 
-def test_concurrency_is_shared_by_the_processes() -> None:
-    """Each consumer process gets an even share of the worker's concurrency."""
-    from worker.supervisor import shares  # noqa: PLC0415
-
-    assert shares(256, 2) == [128, 128]
-    assert shares(5, 2) == [3, 2]
-    assert shares(1, 4) == [1]  # never a process without a slot
-    assert load_settings(concurrency=64, processes=2).process_concurrency == 32
-
-
 def test_metric_set_version_tracks_what_changes_results() -> None:
     """Same inputs → same version; thresholds, judge or limits change it; unknown names refused."""
 

@@ -102,7 +102,17 @@ def test_same_snapshot_three_times_gives_one_evaluation(
     producer = producer_for(redis_url)
     for _ in range(3):
         producer.enqueue(snapshot)
-    wait_until(lambda: worker.log.count("succeeded in") >= 3, 30, "three deliveries")
+
+    def deliveries() -> int:
+        log = worker.log
+        return (
+            log.count("evaluation recorded:")
+            + log.count("already evaluated:")
+            + log.count("already being evaluated:")
+            + log.count("evaluation already recorded:")
+        )
+
+    wait_until(lambda: deliveries() >= 3, 30, "three deliveries")
     store = open_test_store(sqlite_url)
     assert store.count_evaluations() == 1
     assert store.count_snapshots() == 1

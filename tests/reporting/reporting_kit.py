@@ -151,7 +151,7 @@ def fill(broker_url: str, workdir: Path) -> Iterator[Filled]:
     db_path = workdir / "evalq.db"
     store_url = f"sqlite:///{db_path}"
     worker = WorkerProcess(
-        worker_env(broker_url=broker_url, store_url=store_url, batch_size="4"),
+        worker_env(broker_url=broker_url, store_url=store_url, batch_size="4", processes="1"),
         workdir / "worker.log",
     )
     try:

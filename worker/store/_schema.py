@@ -362,8 +362,12 @@ def migrate(tx: Tx, dialect: Dialect) -> bool:
     tx.run(_SCHEMA_TABLE.format(**_TYPES[dialect]))
     for sql in statements(dialect):
         tx.run(sql)
+    # ON CONFLICT: under PostgreSQL's repeatable read the re-check above reads the snapshot
+    # taken before the lock was granted, so a worker that waited behind another's migration
+    # runs the (idempotent) DDL again and must not fail on the version row it cannot see.
     tx.run(
-        "INSERT INTO evalq_schema (version, applied_at) VALUES (:version, :now)",
+        "INSERT INTO evalq_schema (version, applied_at) VALUES (:version, :now)"
+        " ON CONFLICT DO NOTHING",
         {"version": SCHEMA_VERSION, "now": datetime.now(UTC)},
     )
     return True
