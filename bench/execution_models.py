@@ -229,7 +229,12 @@ def measure(model: str, latency_ms: float, count: int) -> Measured:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry: one line per drain."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="evalq,batches,noop")
+    parser.add_argument(
+        "--models",
+        default="evalq,batches,noop",
+        help=f"comma list of {', '.join(MODELS)}, batches-N (flush_every N), "
+        "evalq-VARIANT[+VARIANT] (bench/_evalq_variant_app.py)",
+    )
     parser.add_argument("--latency-ms", default="0,100")
     parser.add_argument("--count", type=int, default=4000)
     parser.add_argument("--repeat", type=int, default=1)
