@@ -31,7 +31,7 @@ from producer.snapshot import EVALUATE_TASK, LANE_QUEUES, OUTCOME_TASK, TALLY_TA
 from worker import tasks
 from worker.broker import broker_transport_options, transport_setting
 from worker.lifecycle import Lifecycle
-from worker.settings import Settings, load_settings
+from worker.settings import PREFETCH_MULTIPLIER, Settings, load_settings
 
 __all__ = ["EvalqApp", "celery_config", "create_app", "install_json_decoder"]
 
@@ -72,9 +72,10 @@ def celery_config(settings: Settings, broker_url: str) -> dict[str, Any]:
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
         "task_acks_on_failure_or_timeout": True,  # failures are dead-lettered by the handler
-        # prefetch = concurrency x 1: a process holds as many unacked messages as it has
-        # evaluation slots, and a fetch takes at most the free ones.
-        "worker_prefetch_multiplier": 1,
+        # prefetch = 2 x the process's slots: the next messages are already on the loop when a
+        # slot frees, so the fetch round trip is not on a slot's critical path (bench/lanes.py:
+        # latency-bound throughput); a fetch takes at most the free prefetch slots.
+        "worker_prefetch_multiplier": PREFETCH_MULTIPLIER,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_soft_shutdown_timeout": settings.longest_task_s + 1.0,
         "worker_enable_soft_shutdown_on_idle": True,

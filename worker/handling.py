@@ -461,7 +461,8 @@ class Handler:
 
     async def _evaluated(self, job: _Job, message: _Message) -> None:
         try:
-            outcome = await self.rt.evaluate(job.trace, job.metric_set.name)
+            urgent = job.lane is Lane.LIVE
+            outcome = await self.rt.evaluate(job.trace, job.metric_set.name, urgent=urgent)
             record = _evaluation_record(self.rt, job, outcome)
         except Exception as exc:  # noqa: BLE001 - a bug: kept as a dead letter, never looped
             _log.error(

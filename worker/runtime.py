@@ -14,9 +14,10 @@ Why this shape (docs/concurrency.md has the measurements):
   worker's lifecycle bootstep (:mod:`worker.lifecycle`) builds it eagerly at start, so a broken
   store or judge configuration shows at once.
 - **One shared judge.** HTTP judges own one pooled client: building a client costs 25-40 ms of CPU.
-- **An ``asyncio.Semaphore(concurrency)``** bounds evaluations (hence judge requests: one per
-  evaluation at a time) in flight. A snapshot's budget starts when it gets a slot, so waiting
-  behind other work never eats its budget.
+- **Evaluation slots** (:class:`~worker.slots.Slots`, the process's share of the concurrency)
+  bound evaluations (hence judge requests: one per evaluation at a time) in flight; a freed slot
+  goes to a waiting live snapshot first. A snapshot's budget starts when it gets a slot, so
+  waiting behind other work never eats its budget.
 - **The backstop.** The engine returns a report with TIMEOUT results at its deadline. Should it
   not (a judge that ignores cancellation, a blocked loop), the runtime cancels it at
   ``budget + BACKSTOP_MARGIN_S`` and records what the engine had by then: completed results, the
@@ -47,6 +48,7 @@ from worker.evaluation import Entry, Evaluator, MetricResult, Progress, Reason, 
 from worker.judges import ChatJudge, Judge, SyntheticJudge, SystemOneJudge
 from worker.metric_sets import MetricSet, build_metric_set
 from worker.settings import BACKSTOP_MARGIN_S, JudgeKind, Settings
+from worker.slots import Slots
 from worker.store import Store, open_store
 
 __all__ = [
@@ -193,7 +195,7 @@ class Runtime:
         model = getattr(raw, "model", None)
         self.judge_model: str | None = model if isinstance(model, str) else None
         self.judge: Judge = metrics.MeteredJudge(raw)  # status + latency of every request
-        self._slots: asyncio.Semaphore = self.call(self._make_slots())
+        self._slots = Slots(settings.process_concurrency)
         self._owns_store = store is None
         self.store: Store = store if store is not None else open_worker_store(settings)
         # Built now, not by the first message: building a set takes a noticeable fraction of a
@@ -207,9 +209,6 @@ class Runtime:
     async def _make_judge(self) -> Judge:
         # Built on the loop: HTTP clients bind to the loop that first uses them.
         return _build_judge(self.settings)
-
-    async def _make_slots(self) -> asyncio.Semaphore:
-        return asyncio.Semaphore(self.settings.process_concurrency)
 
     def call(self, coro: Coroutine[Any, Any, _T], timeout_s: float = 30.0) -> _T:
         """Run ``coro`` on the loop from another thread and wait for it (setup, tests)."""
@@ -239,10 +238,13 @@ class Runtime:
 
     # -- evaluation ----------------------------------------------------------------------------
 
-    async def evaluate(self, trace: Trace, name: str) -> Outcome:
-        """Evaluate ``trace`` with metric set ``name`` once a slot is free (on the loop)."""
+    async def evaluate(self, trace: Trace, name: str, *, urgent: bool = False) -> Outcome:
+        """Evaluate ``trace`` with metric set ``name`` once a slot is free (on the loop).
+
+        ``urgent`` (a live snapshot) takes the next free slot before waiting backfill ones.
+        """
         _, evaluator = self.metric_set(name)
-        async with self._slots:
+        async with self._slots.held(urgent=urgent):
             started_at = datetime.now(UTC)
             started = time.monotonic()
             progress = Progress()

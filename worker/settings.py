@@ -28,6 +28,7 @@ __all__ = [
     "BACKSTOP_MARGIN_S",
     "DEMO_THRESHOLDS",
     "ENV_PREFIX",
+    "PREFETCH_MULTIPLIER",
     "REMOVED",
     "ConfigError",
     "JudgeKind",
@@ -38,6 +39,8 @@ __all__ = [
 ENV_PREFIX = "EVALQ_"
 DEMO_THRESHOLDS = (0.2, 0.8)
 """Uncalibrated demo pair; only ever used with the synthetic judge, and labelled ``demo``."""
+PREFETCH_MULTIPLIER = 2
+"""Unacked messages a consumer process holds per evaluation slot (Celery prefetch multiplier)."""
 BACKSTOP_MARGIN_S = 2.0
 """Slack above the engine budget before the task's own backstop fires (planning, store, loop)."""
 METRIC_SET_NAMES = ("agent", "agent+trajectory")
@@ -249,11 +252,11 @@ class Settings(BaseSettings):
     def longest_task_s(self) -> float:
         """Worst-case time from a message's fetch to its ack.
 
-        A process holds at most as many messages as it has slots, each of at most
-        ``batch_size`` snapshots, so a message's last snapshot waits at most ``batch_size``
-        budgets for a slot and its own evaluation, plus a margin (store, loop).
+        A process holds at most ``PREFETCH_MULTIPLIER`` messages per slot, each of at most
+        ``batch_size`` snapshots, so a message's last snapshot waits at most that many budgets
+        for a slot and its own evaluation, plus a margin (store, loop).
         """
-        return self.budget_s * self.batch_size + BACKSTOP_MARGIN_S
+        return self.budget_s * self.batch_size * PREFETCH_MULTIPLIER + BACKSTOP_MARGIN_S
 
     @property
     def evaluation_s(self) -> float:

@@ -125,7 +125,7 @@ def test_app_configuration_is_at_least_once_json_only() -> None:
     conf = app.conf
     assert conf.task_acks_late is True
     assert conf.task_reject_on_worker_lost is True
-    assert conf.worker_prefetch_multiplier == 1
+    assert conf.worker_prefetch_multiplier == 2  # the next messages wait on the loop
     assert conf.accept_content == ["json"]
     assert (conf.task_serializer, conf.result_serializer) == ("json", "json")
     assert conf.task_ignore_result is True
