@@ -151,7 +151,9 @@ def test_sigkill_mid_judging_loses_work_only_without_acks_late(
     wait_recovered(redis_url, store_url, 60)
 
     counts = tally(store_url, [s.snapshot_id for s in snapshots], AGENT_METRICS)
-    scenario = "SIGKILL mid-judging, acks_late " + ("on" if acks_late else "OFF (control)")
+    scenario = "SIGKILL mid-judging, " + (
+        "acks after commit" if acks_late else "ack on arrival (control)"
+    )
     extra = redone(judge_server.count, store_url, [second])
     row = report_row(counts.counts(scenario, extra), control=not acks_late)
     assert (row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0)
