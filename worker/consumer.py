@@ -36,14 +36,16 @@ from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.message import Message
 
-from producer.snapshot import ENQUEUED_AT_HEADER, EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK
+from producer.snapshot import ENQUEUED_AT_HEADER, EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK, Lane
 from worker import broker, metrics
 from worker.dead_letters import DeadLetterCode
 from worker.handling import Delivery, Handler, Verdict
 
-__all__ = ["TASK_NAMES", "EvalqConsumer", "Intake", "delivery_of"]
+__all__ = ["DRAIN_CHUNK", "TASK_NAMES", "EvalqConsumer", "Intake", "delivery_of"]
 
 _log = logging.getLogger(__name__)
+DRAIN_CHUNK = 16
+"""Messages the intake hands to the handler per loop iteration (one micro-batch)."""
 TASK_NAMES = frozenset({EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK})
 """The task names this worker serves; any other (Celery built-ins too) is UNKNOWN_TASK."""
 
@@ -220,20 +222,34 @@ class Intake:
     # -- loop -----------------------------------------------------------------------------------
 
     def _drain(self) -> None:
+        """Take everything waiting; live messages first, the rest in bounded chunks.
+
+        Decoding and accepting a message is CPU work on the loop: a fetch of 256 backfill
+        batches decoded in one go blocked the loop for a few hundred milliseconds, and every
+        live snapshot in flight waited behind it. Each chunk is one micro-batch (one
+        skip-if-done query); the next chunk runs on a later loop iteration.
+        """
         self._scheduled = False
         messages = []
         while self._incoming:
             messages.append(self._incoming.popleft())
         if not messages:
             return
-        deliveries = [_read(m) for m in messages]
+        self.in_flight += len(messages)
+        self._held.update((id(m), m) for m in messages)
+        messages.sort(key=lambda m: broker.lane_of_queue(_queue(m)) is not Lane.LIVE)  # stable
+        self._submit_chunks(messages)
+
+    def _submit_chunks(self, messages: list[Message]) -> None:
+        chunk, rest = messages[:DRAIN_CHUNK], messages[DRAIN_CHUNK:]
+        deliveries = [_read(m) for m in chunk]
         for delivery in deliveries:
             if delivery.enqueued_at is not None and delivery.lane is not None:
                 metrics.observe_queue_wait(delivery.lane.value, time.time() - delivery.enqueued_at)
-        self.in_flight += len(messages)
-        self._held.update((id(m), m) for m in messages)
-        for message, verdict in zip(messages, self.handler.submit(deliveries), strict=True):
+        for message, verdict in zip(chunk, self.handler.submit(deliveries), strict=True):
             verdict.add_done_callback(partial(self._settle, message))
+        if rest:
+            self.loop.call_soon(self._submit_chunks, rest)
 
     def _settle(self, message: Message, verdict: asyncio.Future[Verdict]) -> None:
         self.in_flight -= 1
