@@ -189,6 +189,7 @@ class Intake:
         held = list(self._held.values())  # one C-level copy: the loop thread may add meanwhile
         if held:
             broker.renew(held)
+        broker.sweep(getattr(self.consumer, "connection", None))
 
     def flush_pending(self) -> None:
         """Settle now what waits for the consumer's thread (shutdown: the hub runs no more)."""

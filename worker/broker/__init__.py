@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._acks import ack_all, forget, renew, requeue
+from ._acks import ack_all, forget, renew, requeue, sweep
 from ._layout import PRIORITY_SEP, PRIORITY_STEPS, UNACKED_INDEX_KEY, UNACKED_KEY, queue_keys
 from ._options import broker_transport_options, is_redis, lane_of_queue, transport_setting
 from ._qos import DeliveredAnyway, protect_deliveries, retire
@@ -41,6 +41,7 @@ __all__ = [
     "renew",
     "requeue",
     "retire",
+    "sweep",
     "transport_setting",
 ]
 
