@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from worker import metrics
-from worker.evaluation import Entry, Evaluator, MetricResult, Progress, Reason, Report, Trace
+from worker.evaluation import Evaluator, Progress, Reason, Report, Trace
 from worker.judges import ChatJudge, Judge, SyntheticJudge, SystemOneJudge
 from worker.metric_sets import MetricSet, build_metric_set
 from worker.settings import BACKSTOP_MARGIN_S, JudgeKind, Settings
@@ -63,7 +63,6 @@ __all__ = [
     "lower_priority",
     "open_worker_store",
     "shutdown",
-    "timeout_report",
     "tune_gc",
     "use",
 ]
@@ -145,13 +144,6 @@ def lower_priority(nice: int) -> None:
         with contextlib.suppress(OSError):  # a thread that just ended
             current = os.getpriority(os.PRIO_PROCESS, tid)
             os.setpriority(os.PRIO_PROCESS, tid, max(nice, current))
-
-
-def timeout_report(trace_id: str, metric_set: MetricSet, elapsed_s: float) -> Report:
-    """An all-TIMEOUT report, for when the backstop (not the engine) ended an evaluation."""
-    timeout = MetricResult.error(Reason.TIMEOUT)
-    entries = tuple(Entry(id=m.id, version=m.version, result=timeout) for m in metric_set.metrics)
-    return Report(trace_id=trace_id, results=entries, requests=0, usage=(), elapsed_s=elapsed_s)
 
 
 @dataclass(frozen=True)
