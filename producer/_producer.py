@@ -184,8 +184,10 @@ class Producer:
 
     Live options (used by :meth:`submit` only): ``sampler`` decides per trace and counts what it
     leaves out (give it to the producer *or* to ``observe``, not both, or units are counted
-    twice); ``live_capacity`` bounds the buffer (snapshots), ``live_batch_size`` and
-    ``live_flush_interval_s`` shape the flusher's sends, ``live_retry`` bounds the backoff for one
+    twice); ``live_capacity`` bounds the buffer (snapshots), a snapshot submitted while
+    the flusher is idle is sent at once, and those submitted during a send go together in the
+    next one, up to ``live_batch_size``; ``live_flush_interval_s`` is how often an idle flusher
+    looks at its buffer and periodic work, ``live_retry`` bounds the backoff for one
     batch while the broker is down, ``tally_interval_s`` paces the sampled-out counts.
     """
 

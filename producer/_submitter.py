@@ -157,10 +157,13 @@ class LiveSubmitter:
                 if len(self._buffer) + self._inflight >= self.capacity:
                     self._counts["dropped_full"] += 1
                     return False
+                idle = not self._buffer and not self._inflight
                 self._buffer.append(snapshot)
                 self._counts["submitted"] += 1
                 full_batch = len(self._buffer) >= self.batch_size
-            if full_batch:
+            if idle or full_batch:
+                # An idle flusher sends at once (no linger: a live snapshot's latency); while a
+                # send is under way, later snapshots gather into the next batch by themselves.
                 self._wake.set()
         except Exception:  # noqa: BLE001 - the request path must never see our failures
             self._count_error()

@@ -18,6 +18,12 @@ message without Celery's protocol-2 headers (``UNKNOWN_MESSAGE``) or with broken
 passed ``expires`` (``EXPIRED``). A list item that is not a kombu envelope at all never reaches
 kombu's consumer: the reliable fetch hands its raw bytes here (``on_poison``), it is
 dead-lettered, and then its ``unacked`` entry is forgotten.
+
+A worker that serves the live lane beside others gives the live lane a runtime of its own (its own
+loop thread, judge client, store connections and slots): :class:`Intakes` routes each message to
+the intake of its lane. On one loop a live snapshot's every step (hand-over, skip-if-done answer,
+judge reply, commit) waited behind the ready callbacks of a saturating backfill; a loop lagging
+120 ms at P95 made that ~500 ms submit → recorded (docs/concurrency.md, "Live beside backfill").
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from worker import broker, metrics
 from worker.dead_letters import DeadLetterCode
 from worker.handling import Delivery, Handler, Verdict
 
-__all__ = ["DRAIN_CHUNK", "TASK_NAMES", "EvalqConsumer", "Intake", "delivery_of"]
+__all__ = ["DRAIN_CHUNK", "TASK_NAMES", "EvalqConsumer", "Intake", "Intakes", "delivery_of"]
 
 _log = logging.getLogger(__name__)
 DRAIN_CHUNK = 16
@@ -287,6 +293,58 @@ class Intake:
                 async with asyncio.timeout(timeout_s):
                     await self._idle.wait()
         return not self.in_flight
+
+    def wait_settled(self, timeout_s: float) -> bool:
+        """:meth:`settled`, from another thread (warm shutdown)."""
+        return self.handler.rt.call(self.settled(timeout_s), timeout_s=timeout_s + 5.0)
+
+
+class Intakes:
+    """The intake of each lane: live on its own runtime when other lanes share the process.
+
+    The same face as one :class:`Intake` to the consumer and the lifecycle step: messages are
+    routed by the lane of their queue; ``other`` takes every lane without an intake of its own.
+    """
+
+    def __init__(self, other: Intake, live: Intake | None = None) -> None:
+        self.other = other
+        self.live = live
+        self.all = (other,) if live is None else (live, other)
+
+    def for_queue(self, queue: Any) -> Intake:
+        """The intake that handles messages of ``queue``."""
+        if self.live is not None and broker.lane_of_queue(queue) is Lane.LIVE:
+            return self.live
+        return self.other
+
+    def put(self, message: Message) -> None:
+        """Take one message off kombu (the consumer's ``on_message``)."""
+        self.for_queue(_queue(message)).put(message)
+
+    def poisoned(self, queue: str, raw: bytes, tag: str | None) -> None:
+        """An unreadable list item: dead-lettered by its lane's intake."""
+        self.for_queue(queue).poisoned(queue, raw, tag)
+
+    def renew_leases(self) -> None:
+        """Renew the leases every intake holds (a timer on the consumer's thread)."""
+        for intake in self.all:
+            intake.renew_leases()
+
+    def flush_pending(self) -> None:
+        """Settle now what waits for the consumer's thread, in every intake."""
+        for intake in self.all:
+            intake.flush_pending()
+
+    @property
+    def in_flight(self) -> int:
+        """Messages taken and not yet settled, over every intake."""
+        return sum(intake.in_flight for intake in self.all)
+
+    def wait_settled(self, timeout_s: float) -> bool:
+        """Wait (one deadline for all) until no intake has messages in flight."""
+        deadline = time.monotonic() + timeout_s
+        finished = [i.wait_settled(max(0.0, deadline - time.monotonic())) for i in self.all]
+        return all(finished)
 
 
 class EvalqConsumer(Consumer):

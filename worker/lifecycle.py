@@ -5,6 +5,8 @@
 - builds this process's runtime (loop, judge, store; a broken store or judge configuration
   shows at start, not on the first message), tunes the cycle collector, installs log redaction;
 - builds the handler and the :class:`~worker.consumer.Intake` the consumer hands messages to;
+  when the live lane shares the process with other lanes, a second runtime serves it alone
+  (:class:`~worker.consumer.Intakes`: live snapshots never wait behind a backfill's loop);
 - serves ``/metrics`` when ``EVALQ_METRICS_PORT`` is set and this process is the whole worker (a
   multi-process worker's supervisor serves its children's metrics instead);
 - in a child of a multi-process worker, watches its parent: if the supervisor dies, the child
@@ -26,8 +28,9 @@ from typing import Any
 
 from celery import bootsteps
 
+from producer.snapshot import Lane
 from worker import metrics, runtime
-from worker.consumer import Intake
+from worker.consumer import Intake, Intakes
 from worker.handling import Handler
 from worker.log_redaction import install_redaction
 from worker.settings import Settings
@@ -49,6 +52,7 @@ class Lifecycle(bootsteps.StartStopStep):
     def __init__(self, c: Any, **kwargs: Any) -> None:
         super().__init__(c, **kwargs)
         self.exporter: metrics.Exporter | None = None
+        self.live_runtime: runtime.Runtime | None = None
 
     def create(self, c: Any) -> None:
         """Build the runtime, handler and intake of this process (before the consumer connects)."""
@@ -57,7 +61,9 @@ class Lifecycle(bootsteps.StartStopStep):
         runtime.install(settings)
         rt = runtime.current(settings)
         runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
-        c.evalq_intake = Intake(Handler(rt), c)
+        self.live_runtime = _live_runtime(settings)
+        live = None if self.live_runtime is None else Intake(Handler(self.live_runtime), c)
+        c.evalq_intake = Intakes(Intake(Handler(rt), c), live)
         self._renewals: Any = None
         self._serve_metrics(settings)
         _watch_parent()
@@ -71,7 +77,7 @@ class Lifecycle(bootsteps.StartStopStep):
 
     def start(self, c: Any) -> None:
         """Renew the leases of held messages every quarter of the visibility timeout."""
-        intake: Intake | None = getattr(c, "evalq_intake", None)
+        intake: Intakes | None = getattr(c, "evalq_intake", None)
         if intake is None or self._renewals is not None:
             return
         every_s = c.app.settings.effective_visibility_timeout_s / 4
@@ -79,18 +85,17 @@ class Lifecycle(bootsteps.StartStopStep):
 
     def close(self, c: Any) -> None:
         """Warm shutdown: let the messages in flight finish and be acked (bounded)."""
-        intake: Intake | None = getattr(c, "evalq_intake", None)
+        intake: Intakes | None = getattr(c, "evalq_intake", None)
         c.evalq_stopping = True  # acks now go straight to the broker: the hub no longer runs
         if intake is None:
             return
         intake.flush_pending()
         if not intake.in_flight:
             return
-        rt = intake.handler.rt
-        timeout_s = rt.settings.longest_task_s
+        timeout_s = c.app.settings.longest_task_s
         _log.info("waiting up to %.0f s for %d message(s) in flight", timeout_s, intake.in_flight)
         try:
-            finished = rt.call(intake.settled(timeout_s), timeout_s=timeout_s + 5.0)
+            finished = intake.wait_settled(timeout_s)
         except Exception as exc:  # noqa: BLE001 - shutdown goes on; unacked messages come back
             _log.warning("drain failed (%s)", type(exc).__name__)
             return
@@ -104,7 +109,17 @@ class Lifecycle(bootsteps.StartStopStep):
         exporter, self.exporter = self.exporter, None
         if exporter is not None:
             exporter.stop()
+        live, self.live_runtime = self.live_runtime, None
+        if live is not None:
+            live.close()
         runtime.shutdown()
+
+
+def _live_runtime(settings: Settings) -> runtime.Runtime | None:
+    """A runtime of the live lane's own, when the process serves other lanes too."""
+    if Lane.LIVE not in settings.lanes or len(settings.lanes) == 1:
+        return None
+    return runtime.Runtime(settings)
 
 
 def _watch_parent() -> None:

@@ -1,9 +1,11 @@
-"""The intake: live messages first, bounded chunks per loop iteration, every message settled."""
+"""The intake: live messages first, bounded chunks per loop iteration, every message settled;
+live messages on a runtime of their own when other lanes share the process."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,7 +13,7 @@ from types import SimpleNamespace
 from kombu import Message
 
 from producer.snapshot import EVALUATE_TASK, LANE_QUEUES, Lane
-from worker.consumer import DRAIN_CHUNK, Intake
+from worker.consumer import DRAIN_CHUNK, Intake, Intakes
 from worker.handling import Delivery, Handler, Verdict
 from worker.judges import SyntheticJudge
 from worker.runtime import Runtime
@@ -25,9 +27,11 @@ class RecordingHandler(Handler):
     def __init__(self, rt: Runtime) -> None:
         super().__init__(rt)
         self.batches: list[list[Lane | None]] = []
+        self.threads: set[int] = set()
 
     def submit(self, deliveries: Sequence[Delivery]) -> list[asyncio.Future[Verdict]]:
         self.batches.append([d.lane for d in deliveries])
+        self.threads.add(threading.get_ident())
         futures = [self.rt.loop.create_future() for _ in deliveries]
         for future in futures:
             future.set_result(Verdict.ACK)
@@ -66,3 +70,28 @@ def test_live_messages_go_first_and_chunks_stay_bounded(tmp_path: Path) -> None:
     assert max(len(batch) for batch in handler.batches) <= DRAIN_CHUNK
     assert sum(len(batch) for batch in handler.batches) == 41
     assert intake.in_flight == 0
+
+
+def test_intakes_route_live_to_its_own_runtime(tmp_path: Path) -> None:
+    """With a live intake beside the other one, live messages are handled on the live runtime's
+    loop thread and every other lane on the other's; both settle everything."""
+    consumer = SimpleNamespace(event_dispatcher=None, hub=None)
+    with open_store(f"sqlite:///{tmp_path / 'x.db'}") as store:
+        settings = load_settings(processes=1)
+        runtimes = [Runtime(settings, store=store, judge=SyntheticJudge()) for _ in range(2)]
+        try:
+            live, other = (RecordingHandler(rt) for rt in runtimes)
+            intakes = Intakes(Intake(other, consumer), Intake(live, consumer))
+            for lane in (Lane.BACKFILL, Lane.LIVE, Lane.OUTCOMES, Lane.LIVE):
+                intakes.put(_message(lane))
+            assert intakes.wait_settled(10.0) is True
+        finally:
+            for rt in runtimes:
+                rt.close()
+    assert [lane for batch in live.batches for lane in batch] == [Lane.LIVE, Lane.LIVE]
+    assert sorted(lane for batch in other.batches for lane in batch if lane) == [
+        Lane.BACKFILL,
+        Lane.OUTCOMES,
+    ]
+    assert live.threads.isdisjoint(other.threads)
+    assert intakes.in_flight == 0
