@@ -2,7 +2,7 @@
 
 ::
 
-    with observe(producer, trace_id=run_id, sdk="openai", sampler=sampler) as obs:
+    with observe(producer, trace_id=run_id, sdk="openai", mode="shadow") as obs:
         while True:
             reply = obs.call(client.chat.completions.create, model=m, messages=msgs, tools=tools)
             ...                       # the agent's own loop, unchanged
@@ -16,15 +16,33 @@ importers (``chat_exchange`` / ``anthropic``), each round's catalog is attached 
 starts that round's output (``Snapshot.tool_rounds``), the invocation is cut, sampled, redacted
 and handed to ``sink.submit`` (a :class:`~producer.LiveSubmitter` or a producer with ``submit``).
 
+Nothing is captured unless asked: ``mode`` defaults to ``"off"`` (no capture, no submission);
+``"shadow"`` captures and submits. Modes are case-insensitive; ``enforce`` (any case) is refused.
+
+**The invocation boundary is the input.** The messages passed to the first model call are the
+invocation's input; the judged request is the last user message *of that input*, and everything
+after it — assistant turns, tool calls and results, and user or system messages the loop itself
+appends (a reminder, a nudge) — belongs to this invocation. Earlier turns of the input are
+earlier invocations: outside the window, never judged as this one's actions. Nothing is
+submitted, and the reason is counted in :func:`observer_stats`, when:
+
+- ``COMPACTED_HISTORY``: a later call's history does not extend the previous one (the same
+  messages in order, plus new ones): the app compacted, summarized, truncated or reordered it,
+  so the final request no longer holds what the agent saw;
+- ``BOUNDARY_NOT_FOUND``: the input holds no user message (no request to judge);
+- ``EVIDENCE_OVER_LIMIT``: the invocation's snapshot is larger than ``capture_limit_chars``
+  (default: the engine's state limit, ``Limits().max_state_chars``): never truncated, since a
+  cut trace would be judged as if it were whole.
+
 Why nothing is submitted when the body raises or is cancelled: a half-run invocation is not an
 agent action to judge, and judging it as a failure would blame the agent for the app's crash.
 
 Why observer errors are swallowed (logged as a reason code and counted): evaluation is a
 bystander; a bug or odd payload in the observer must never change what the agent returns or
 raise into it. Only configuration mistakes fail, and they fail at construction: an unknown SDK,
-or a ``mode`` other than ``off``/``shadow``. "enforce"-style modes are refused on purpose: an
-evaluation that runs after the fact cannot undo the agent's actions, so it must not pretend to
-gate them.
+a ``mode`` other than ``off``/``shadow``, a capture limit below 1. "enforce"-style modes are
+refused on purpose: an evaluation that runs after the fact cannot undo the agent's actions, so
+it must not pretend to gate them.
 
 Streaming: record the final message (``stream.get_final_completion()`` /
 ``stream.get_final_message()``); a raw stream object is not a response and marks the
@@ -42,17 +60,28 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 
+from worker.evaluation import Limits
+
 from ._redaction import Redactor, apply_redaction
 from ._sampling import Sampler, replace_fields
-from ._units import NotReadyError, UnitName, cut
+from ._units import NotReadyError, invocation_at
 from .importers import ParsedTrace, anthropic, chat_exchange
 from .snapshot import EventType, Snapshot, ToolRound, ToolSpec
 
-__all__ = ["MODES", "Observation", "SnapshotSink", "observe", "observer_stats"]
+__all__ = [
+    "CAPTURE_LIMIT_CHARS",
+    "MODES",
+    "Observation",
+    "SnapshotSink",
+    "observe",
+    "observer_stats",
+]
 
 log = logging.getLogger("evalq.producer.observe")
 
 MODES = ("off", "shadow")
+CAPTURE_LIMIT_CHARS = Limits().max_state_chars
+"""Default capture limit: an invocation the engine could not fit in one judged state."""
 _SDKS = ("openai", "anthropic")
 _R = TypeVar("_R")
 
@@ -125,19 +154,18 @@ class Observation:
         *,
         trace_id: str,
         sdk: Literal["openai", "anthropic"],
-        mode: str = "shadow",
+        mode: str = "off",
         sampler: Sampler | None = None,
         redactor: Redactor | None = None,
         agent_version: str | None = None,
         environment: str | None = None,
         session_id: str | None = None,
         metric_set: str | None = None,
+        capture_limit_chars: int = CAPTURE_LIMIT_CHARS,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(
-                f"observer mode {mode!r} is not supported: evaluation after the fact cannot "
-                f"undo an agent's actions; use one of {MODES}"
-            )
+        mode = _checked_mode(mode)
+        if capture_limit_chars < 1:
+            raise ValueError(f"capture_limit_chars must be >= 1, got {capture_limit_chars}")
         if sdk not in _SDKS:
             raise ValueError(f"sdk must be one of {_SDKS}, got {sdk!r}")
         if not trace_id.strip():
@@ -146,6 +174,8 @@ class Observation:
         self.sampler, self.redactor, self.metric_set = sampler, redactor, metric_set
         self._meta = {"agent_version": agent_version, "environment": environment}
         self._session_id = session_id
+        self.capture_limit_chars = capture_limit_chars
+        self._input_messages: int | None = None  # length of the first call's history
         self._rounds: list[_Round] = []
         self._messages: list[Any] = []
         self._system: Any = None
@@ -186,6 +216,10 @@ class Observation:
 
         def step() -> None:
             plain = _plain(list(messages))
+            if self._input_messages is None:
+                self._input_messages = len(plain)
+            elif plain[: len(self._messages)] != self._messages:
+                raise _ObserverError("COMPACTED_HISTORY")
             catalog = _plain(list(tools)) if tools is not None else []
             self._rounds.append(_Round(len(plain), catalog))
             self._messages, self._tools, self._response = plain, catalog, None
@@ -265,6 +299,8 @@ class Observation:
 
     def _submit(self) -> str:
         snapshot = self.build()
+        if len(snapshot.model_dump_json()) > self.capture_limit_chars:
+            raise _ObserverError("EVIDENCE_OVER_LIMIT")
         if self.sampler is not None:
             kept = self.sampler.sample(snapshot)
             if kept is None:
@@ -283,13 +319,13 @@ class Observation:
         if self._response is None:
             raise _ObserverError("NO_RESPONSE")
         trace = self._parse(self._messages, self._tools, self._response)
-        rounds = self._tool_rounds(trace)
+        offsets = self._first_event_offsets()
+        rounds = self._tool_rounds(trace, offsets)
         trace = replace(trace, tool_rounds=rounds, tools=_specs_or_none(trace, rounds))
         try:
-            snapshots = cut(trace, UnitName.INVOCATION)
+            snapshot = invocation_at(trace, self._request_index(trace, offsets))
         except NotReadyError as exc:
             raise _ObserverError(exc.code) from None
-        snapshot = snapshots[-1]  # earlier turns in the history are earlier invocations
         if self.metric_set is not None:
             snapshot = replace_fields(snapshot, metric_set=self.metric_set)
         return snapshot
@@ -333,14 +369,21 @@ class Observation:
             offsets.append(offset)
         return offsets
 
-    def _tool_rounds(self, full: ParsedTrace) -> tuple[ToolRound, ...]:
+    def _request_index(self, full: ParsedTrace, offsets: list[int]) -> int:
+        """Index of the judged request: the last user event of the first call's input."""
+        input_end = offsets[self._input_messages or 0]
+        users = [i for i, e in enumerate(full.events[:input_end]) if e.type is EventType.USER]
+        if not users:
+            raise _ObserverError("BOUNDARY_NOT_FOUND")
+        return users[-1]
+
+    def _tool_rounds(self, full: ParsedTrace, offsets: list[int]) -> tuple[ToolRound, ...]:
         """Each round's catalog, placed at the first event of that round's output.
 
         Round k's output is the message right after its request's history. A round whose
         position holds no assistant event (the app rewrote its history) is left out.
         """
         by_id = {event.id: event for event in full.events}
-        offsets = self._first_event_offsets()
         catalogs: dict[str, tuple[ToolSpec, ...]] = {}  # agents mostly reuse one catalog
         rounds: list[ToolRound] = []
         for round_ in self._rounds:
@@ -377,20 +420,37 @@ def _raise(code: str) -> None:
     raise _ObserverError(code)
 
 
+def _checked_mode(mode: str) -> str:
+    """``mode`` in lower case, or ValueError naming why (``enforce`` is refused on purpose)."""
+    chosen = mode.strip().lower() if isinstance(mode, str) else mode
+    if chosen == "enforce":
+        raise ValueError(
+            f"observer mode {mode!r} is refused: evaluation after the fact cannot undo an "
+            f"agent's actions, so it must not pretend to gate them; use one of {MODES}"
+        )
+    if chosen not in MODES:
+        raise ValueError(f"observer mode {mode!r} is not supported; use one of {MODES}")
+    return str(chosen)
+
+
 def observe(
     sink: SnapshotSink,
     *,
     trace_id: str,
     sdk: Literal["openai", "anthropic"],
-    mode: str = "shadow",
+    mode: str = "off",
     sampler: Sampler | None = None,
     redactor: Redactor | None = None,
     agent_version: str | None = None,
     environment: str | None = None,
     session_id: str | None = None,
     metric_set: str | None = None,
+    capture_limit_chars: int = CAPTURE_LIMIT_CHARS,
 ) -> Observation:
-    """Start observing one invocation (a context manager); see the module docstring."""
+    """Start observing one invocation (a context manager); see the module docstring.
+
+    ``mode`` defaults to ``"off"``: pass ``mode="shadow"`` to capture and submit.
+    """
     return Observation(
         sink,
         trace_id=trace_id,
@@ -402,4 +462,5 @@ def observe(
         environment=environment,
         session_id=session_id,
         metric_set=metric_set,
+        capture_limit_chars=capture_limit_chars,
     )

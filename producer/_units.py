@@ -43,7 +43,7 @@ from producer.snapshot import (
     WindowRule,
 )
 
-__all__ = ["NotReadyError", "UnitName", "cut", "invocation_spans"]
+__all__ = ["NotReadyError", "UnitName", "cut", "invocation_at", "invocation_spans"]
 
 _AGENT = (EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT)
 
@@ -132,6 +132,24 @@ def cut(trace: ParsedTrace, unit: UnitName, cutoff_event_id: str | None = None) 
     if unit is UnitName.TOOL_CALL:
         return [snap for span in spans for snap in _tool_calls(trace, span)]
     return [_invocation(trace, span) for span in spans]
+
+
+def invocation_at(trace: ParsedTrace, request: int) -> Snapshot:
+    """The invocation whose judged request is the user event at index ``request``.
+
+    Everything after the request belongs to it, user or system messages included (a live
+    observer knows where its invocation began: a reminder the agent loop appends is part of this
+    invocation, not the start of the next one). The window starts at the first user message of
+    the run that ends at ``request`` and ends as :func:`cut` ends an invocation (its final answer).
+    """
+    if trace.not_ready is not None:
+        raise NotReadyError(trace.not_ready)
+    events = trace.events
+    start = max(first for first, _ in _turn_starts(events) if first <= request)
+    end = _invocation_end(events, request, len(events))
+    if end is None:
+        raise NotReadyError("NO_INVOCATION")
+    return _invocation(trace, Span(start, request, end))
 
 
 def _prefix(events: Sequence[Event], span_start: int) -> list[int]:

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from producer import Producer
-from producer._observer import observe, observer_stats
+from producer._observer import CAPTURE_LIMIT_CHARS, observe, observer_stats
 from producer._redaction import RegexRedactor
 from producer._sampling import Sampler, SamplingRule, unit_value
 from producer._submitter import LiveSubmitter
@@ -26,6 +26,7 @@ from tests.producer.fake_llm_server import (
     running,
 )
 from tests.producer.producer_kit import queued_payloads
+from worker.evaluation import Limits
 
 WEATHER = {
     "type": "function",
@@ -86,7 +87,7 @@ def test_openai_loop_submits_one_snapshot_with_per_round_catalogs(llm: FakeLLM) 
         [openai_tool_call("call_1", "get_weather", {"city": "Paris"}), openai_text("14 C.")]
     )
     sink = ListSink()
-    with observe(sink, trace_id="run-1", sdk="openai", agent_version="v7") as obs:
+    with observe(sink, trace_id="run-1", sdk="openai", mode="shadow", agent_version="v7") as obs:
         answer = _openai_agent(_openai_client(llm), obs, "Weather in Paris?")
     assert answer == "14 C."
     assert obs.outcome == "submitted"
@@ -131,7 +132,7 @@ def test_only_the_observed_invocation_is_snapshotted_from_a_longer_history(llm: 
     ]
     sink = ListSink()
     client = _openai_client(llm)
-    with observe(sink, trace_id="run-2", sdk="openai") as obs:
+    with observe(sink, trace_id="run-2", sdk="openai", mode="shadow") as obs:
         obs.call(client.chat.completions.create, model="gpt-test", messages=history)
     (snapshot,) = sink.snapshots
     judged = next(e for e in snapshot.events if e.id == snapshot.unit.event_id)
@@ -150,7 +151,9 @@ def test_anthropic_loop_submits_one_snapshot(llm: FakeLLM) -> None:
     tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object"}}]
     messages: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
     sink = ListSink()
-    with observe(sink, trace_id="run-3", sdk="anthropic", environment="canary") as obs:
+    with observe(
+        sink, trace_id="run-3", sdk="anthropic", mode="shadow", environment="canary"
+    ) as obs:
         while True:
             reply = obs.call(
                 client.messages.create,
@@ -192,7 +195,7 @@ def test_an_exception_in_the_agent_submits_nothing_and_propagates(llm: FakeLLM) 
     sink = ListSink()
     client = _openai_client(llm)
     before = observer_stats().get("agent_failed", 0)
-    obs = observe(sink, trace_id="run-4", sdk="openai")
+    obs = observe(sink, trace_id="run-4", sdk="openai", mode="shadow")
 
     def agent() -> None:
         with obs:
@@ -213,7 +216,7 @@ def test_cancellation_of_an_async_agent_submits_nothing(llm: FakeLLM) -> None:
 
     async def agent(started: asyncio.Event) -> None:
         client = openai.AsyncOpenAI(base_url=f"{llm.url}/v1", api_key="k", max_retries=0)
-        with observe(sink, trace_id="run-5", sdk="openai") as obs:
+        with observe(sink, trace_id="run-5", sdk="openai", mode="shadow") as obs:
             await obs.acall(client.chat.completions.create, model="m", messages=[_user("hi")])
             started.set()
             await asyncio.Event().wait()  # the tool "runs" until cancelled
@@ -242,14 +245,14 @@ def test_observer_failures_never_change_the_agents_output(llm: FakeLLM) -> None:
     llm.replies["/v1/chat/completions"].extend([openai_text("fine"), openai_text("fine too")])
     client = _openai_client(llm)
     before = observer_stats().get("OBSERVER_ERROR", 0)
-    with observe(BrokenSink(), trace_id="run-6", sdk="openai") as obs:
+    with observe(BrokenSink(), trace_id="run-6", sdk="openai", mode="shadow") as obs:
         reply = obs.call(client.chat.completions.create, model="m", messages=[_user("hi")])
     assert reply.choices[0].message.content == "fine"
     assert obs.outcome == "OBSERVER_ERROR"
     assert observer_stats()["OBSERVER_ERROR"] == before + 1
 
     sink = ListSink()
-    with observe(sink, trace_id="run-7", sdk="openai") as odd:
+    with observe(sink, trace_id="run-7", sdk="openai", mode="shadow") as odd:
         odd.record_request([_user("hi")])
         odd.record_response(object())  # not JSON: observer breaks, agent does not notice
         result = client.chat.completions.create(model="m", messages=[_user("hi")])
@@ -283,7 +286,9 @@ def test_sampling_and_redaction_apply_before_submission(llm: FakeLLM) -> None:
     client = _openai_client(llm)
     sink = ListSink()
     for trace_id in (kept_id, dropped_id):
-        with observe(sink, trace_id=trace_id, sdk="openai", sampler=sampler, redactor=hook) as o:
+        with observe(
+            sink, trace_id=trace_id, sdk="openai", mode="shadow", sampler=sampler, redactor=hook
+        ) as o:
             o.call(client.chat.completions.create, model="m", messages=[_user("a@b.com here")])
     (snapshot,) = sink.snapshots
     assert snapshot.trace_id == kept_id
@@ -299,7 +304,7 @@ def test_observer_into_live_submitter_reaches_the_real_broker(llm: FakeLLM, redi
         [openai_tool_call("call_9", "get_weather", {"city": "Rome"}), openai_text("21 C.")]
     )
     with Producer(redis_url) as producer, LiveSubmitter(producer.send_batch) as submitter:
-        with observe(submitter, trace_id="run-8", sdk="openai") as obs:
+        with observe(submitter, trace_id="run-8", sdk="openai", mode="shadow") as obs:
             _openai_agent(_openai_client(llm), obs, "Weather in Rome?")
         assert submitter.flush(timeout_s=20)
     queued = queued_payloads(redis_url, LANE_QUEUES[Lane.LIVE])
@@ -311,3 +316,136 @@ def test_observer_into_live_submitter_reaches_the_real_broker(llm: FakeLLM, redi
 
 def _user(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
+
+
+def _two_call_agent(client: Any, obs: Any, messages: list[Any], after_tool: list[Any]) -> str:
+    """Call, answer the tool call, append ``after_tool`` messages, call again."""
+    reply = obs.call(client.chat.completions.create, model="m", messages=messages, tools=[WEATHER])
+    message = reply.choices[0].message
+    messages.append(message)
+    for call in message.tool_calls or ():
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 9}'})
+    messages.extend(after_tool)
+    final = obs.call(client.chat.completions.create, model="m", messages=messages, tools=[WEATHER])
+    return str(final.choices[0].message.content)
+
+
+def _script_tool_then_text(llm: FakeLLM, text: str = "9 C, per the weather tool.") -> None:
+    llm.replies["/v1/chat/completions"].extend(
+        [openai_tool_call("call_w", "get_weather", {"city": "Bergen"}), openai_text(text)]
+    )
+
+
+def test_the_default_mode_is_off_and_captures_nothing(llm: FakeLLM) -> None:
+    """observe() without a mode submits nothing and counts no capture; the agent still runs."""
+    llm.replies["/v1/chat/completions"].append(openai_text("ok"))
+    sink = ListSink()
+    with observe(sink, trace_id="off-1", sdk="openai") as obs:
+        reply = obs.call(
+            _openai_client(llm).chat.completions.create, model="m", messages=[_user("hi")]
+        )
+    assert reply.choices[0].message.content == "ok"
+    assert (obs.mode, obs.outcome, obs.active) == ("off", "off", False)
+    assert sink.snapshots == []
+
+
+def test_modes_are_case_insensitive_and_enforce_is_refused_in_any_case(llm: FakeLLM) -> None:
+    """SHADOW submits, OFF captures nothing; ENFORCE/Enforce are refused naming the reason."""
+    for spelled in ("ENFORCE", "Enforce", "enforce"):
+        with pytest.raises(ValueError, match="cannot undo an agent's actions"):
+            observe(ListSink(), trace_id="t", sdk="openai", mode=spelled)
+    with pytest.raises(ValueError, match="not supported"):
+        observe(ListSink(), trace_id="t", sdk="openai", mode="loud")
+    llm.replies["/v1/chat/completions"].extend([openai_text("a"), openai_text("b")])
+    client = _openai_client(llm)
+    sinks = {"SHADOW": ListSink(), "OFF": ListSink()}
+    for mode, sink in sinks.items():
+        with observe(sink, trace_id=f"case-{mode}", sdk="openai", mode=mode) as obs:
+            obs.call(client.chat.completions.create, model="m", messages=[_user("hi")])
+    assert len(sinks["SHADOW"].snapshots) == 1
+    assert sinks["OFF"].snapshots == []
+
+
+def test_a_loop_injected_user_message_stays_inside_the_invocation(llm: FakeLLM) -> None:
+    """The judged request is the input's last user message; a reminder the loop appends after a
+    tool result is part of this invocation, and the call and its result stay in the window."""
+    _script_tool_then_text(llm)
+    sink = ListSink()
+    messages: list[Any] = [_user("Weather in Bergen?")]
+    reminder = _user("Reminder: cite the tool you used.")
+    with observe(sink, trace_id="inj-1", sdk="openai", mode="shadow") as obs:
+        _two_call_agent(_openai_client(llm), obs, messages, [reminder])
+    (snapshot,) = sink.snapshots
+    judged = next(e for e in snapshot.events if e.id == snapshot.unit.event_id)
+    assert judged.text == "Weather in Bergen?"
+    types = [e.type for e in snapshot.events]
+    assert types == [
+        EventType.USER,
+        EventType.ASSISTANT,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.USER,
+        EventType.ASSISTANT,
+    ]
+    assert snapshot.events[4].text == reminder["content"]
+    assert snapshot.events[-1].text == "9 C, per the weather tool."
+
+
+def test_a_compacted_history_is_not_submitted(llm: FakeLLM) -> None:
+    """A second call whose history replaced earlier turns by a summary: COMPACTED_HISTORY,
+    counted, nothing submitted, the agent's answer unchanged."""
+    _script_tool_then_text(llm)
+    sink = ListSink()
+    client = _openai_client(llm)
+    before = observer_stats().get("COMPACTED_HISTORY", 0)
+    with observe(sink, trace_id="cmp-1", sdk="openai", mode="shadow") as obs:
+        first = [_user("Weather in Bergen?")]
+        obs.call(client.chat.completions.create, model="m", messages=first, tools=[WEATHER])
+        summary = [{"role": "system", "content": "Summary: the user asked about Bergen."}]
+        final = obs.call(client.chat.completions.create, model="m", messages=summary)
+    assert final.choices[0].message.content == "9 C, per the weather tool."
+    assert obs.outcome == "COMPACTED_HISTORY"
+    assert sink.snapshots == []
+    assert observer_stats()["COMPACTED_HISTORY"] == before + 1
+
+
+def test_an_input_without_a_user_message_has_no_boundary(llm: FakeLLM) -> None:
+    """A first call whose input holds no user message: BOUNDARY_NOT_FOUND, nothing submitted."""
+    llm.replies["/v1/chat/completions"].append(openai_text("Good morning."))
+    sink = ListSink()
+    before = observer_stats().get("BOUNDARY_NOT_FOUND", 0)
+    with observe(sink, trace_id="nob-1", sdk="openai", mode="shadow") as obs:
+        system_only = [{"role": "system", "content": "Greet the operator."}]
+        obs.call(_openai_client(llm).chat.completions.create, model="m", messages=system_only)
+    assert obs.outcome == "BOUNDARY_NOT_FOUND"
+    assert sink.snapshots == []
+    assert observer_stats()["BOUNDARY_NOT_FOUND"] == before + 1
+
+
+def test_an_invocation_over_the_capture_limit_is_not_submitted(llm: FakeLLM) -> None:
+    """Over the default limit (the engine's state limit) or a smaller one given: not submitted
+    (EVIDENCE_OVER_LIMIT), never truncated; under it, submitted whole."""
+    assert Limits().max_state_chars == CAPTURE_LIMIT_CHARS
+    client = _openai_client(llm)
+    before = observer_stats().get("EVIDENCE_OVER_LIMIT", 0)
+    outcomes = []
+    for trace_id, limit, result in (
+        ("big-1", CAPTURE_LIMIT_CHARS, "x" * (CAPTURE_LIMIT_CHARS + 1)),
+        ("big-2", 400, "short"),
+        ("big-3", CAPTURE_LIMIT_CHARS, "short"),
+    ):
+        _script_tool_then_text(llm)
+        sink = ListSink()
+        with observe(
+            sink, trace_id=trace_id, sdk="openai", mode="shadow", capture_limit_chars=limit
+        ) as obs:
+            messages: list[Any] = [_user("Weather in Bergen?")]
+            reply = obs.call(client.chat.completions.create, model="m", messages=messages)
+            messages.append(reply.choices[0].message)
+            messages.append({"role": "tool", "tool_call_id": "call_w", "content": result})
+            obs.call(client.chat.completions.create, model="m", messages=messages)
+        outcomes.append((obs.outcome, len(sink.snapshots)))
+    assert outcomes == [("EVIDENCE_OVER_LIMIT", 0), ("EVIDENCE_OVER_LIMIT", 0), ("submitted", 1)]
+    assert observer_stats()["EVIDENCE_OVER_LIMIT"] == before + 2
+    with pytest.raises(ValueError, match="capture_limit_chars"):
+        observe(ListSink(), trace_id="t", sdk="openai", capture_limit_chars=0)
