@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from worker._json import JsonValue, thaw
+from worker.canonical_json import JsonValue, thaw
 from worker.evaluation import Trace
 
 if TYPE_CHECKING:

@@ -94,8 +94,8 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
-
 from worker._json import canonical_json, thaw
+
 from worker.evaluation import Summary, SummaryCounter
 from worker.store import (
     EvaluationRow,

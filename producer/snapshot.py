@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from worker._json import FrozenJson, canonical_json
+from worker.canonical_json import FrozenJson, canonical_json
 from worker.evaluation import Trace
 
 __all__ = [
