@@ -3,6 +3,8 @@
 Both sides import this module; it imports neither Celery nor the store. A :class:`Snapshot` is an
 immutable, content-addressed cut of one agent trace at an evidence-window cutoff:
 ``snapshot_id = sha256(canonical JSON)``, so the same content gives the same id on any machine.
+The queue topology (lanes, exchange, task names, headers) is :mod:`producer.topology`'s,
+re-exported here.
 
 Exceptions::
 
@@ -36,9 +38,22 @@ from pydantic import (
 from worker.canonical_json import FrozenJson, canonical_json
 from worker.evaluation import Trace
 
+from .topology import (
+    ENQUEUED_AT_HEADER,
+    EVALUATE_TASK,
+    LANE_EXCHANGE,
+    LANE_QUEUES,
+    OUTCOME_TASK,
+    TALLY_TASK,
+    TASK_LANES,
+    TASK_NAMES,
+    Lane,
+)
+
 __all__ = [
     "ENQUEUED_AT_HEADER",
     "EVALUATE_TASK",
+    "LANE_EXCHANGE",
     "LANE_QUEUES",
     "MAX_BATCH_BYTES",
     "MAX_BATCH_ITEMS",
@@ -46,6 +61,8 @@ __all__ = [
     "OUTCOME_TASK",
     "SCHEMA_VERSION",
     "TALLY_TASK",
+    "TASK_LANES",
+    "TASK_NAMES",
     "Event",
     "EventType",
     "GoldLabel",
@@ -66,9 +83,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: Final = 1
-EVALUATE_TASK = "evalq.evaluate"
-OUTCOME_TASK = "evalq.outcome"
-TALLY_TASK = "evalq.sampling_tally"
 
 
 class WindowViolation(ValueError):
@@ -99,18 +113,6 @@ class _Contract(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Lane(StrEnum):
-    """Queues: ``live`` (latency first), ``backfill`` (throughput first), ``outcomes``."""
-
-    LIVE = "live"
-    BACKFILL = "backfill"
-    OUTCOMES = "outcomes"
-
-
-LANE_QUEUES: Mapping[Lane, str] = MappingProxyType(
-    {Lane.LIVE: "evalq.live", Lane.BACKFILL: "evalq.backfill", Lane.OUTCOMES: "evalq.outcomes"}
-)
-"""The broker queue of each lane, defined once for producers and workers."""
 MAX_ITEM_BYTES: Final = 4 * 1024 * 1024
 """Largest snapshot or outcome (compact JSON, UTF-8) a worker accepts (else PAYLOAD_TOO_LARGE).
 
@@ -125,8 +127,6 @@ the batch sizes of producers and workers cannot mismatch into ``BATCH_TOO_LARGE`
 """
 MAX_BATCH_BYTES: Final = 16 * 1024 * 1024
 """Most bytes of snapshot JSON in one backfill message: a batch is split before it would pass."""
-ENQUEUED_AT_HEADER = "evalq_enqueued_at"
-"""Message header: unix time (float seconds) of the publish, for queue-wait and age metrics."""
 
 
 class Unit(StrEnum):

@@ -36,7 +36,7 @@ from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.message import Message
 
-from producer.snapshot import ENQUEUED_AT_HEADER, EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK, Lane
+from producer.topology import ENQUEUED_AT_HEADER, TASK_NAMES, Lane
 from worker import broker, metrics
 from worker.dead_letters import DeadLetterCode
 from worker.handling import Delivery, Handler, Verdict
@@ -46,8 +46,6 @@ __all__ = ["DRAIN_CHUNK", "TASK_NAMES", "EvalqConsumer", "Intake", "delivery_of"
 _log = logging.getLogger(__name__)
 DRAIN_CHUNK = 16
 """Messages the intake hands to the handler per loop iteration (one micro-batch)."""
-TASK_NAMES = frozenset({EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK})
-"""The task names this worker serves; any other (Celery built-ins too) is UNKNOWN_TASK."""
 
 
 def _raw_body(message: Message) -> bytes:
