@@ -22,7 +22,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from producer.topology import LANE_QUEUES, Lane
 from worker.evaluation import Limits, Thresholds, check_id
-from worker.judges._http import check_base_url
+from worker.judges import check_base_url
 
 __all__ = [
     "BACKSTOP_MARGIN_S",

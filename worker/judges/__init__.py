@@ -39,7 +39,7 @@ from ._wire import (
 
 if TYPE_CHECKING:
     from ._chat import ChatJudge
-    from ._http import DEFAULT_MAX_REPLY_BYTES, RetryPolicy
+    from ._http import DEFAULT_MAX_REPLY_BYTES, RetryPolicy, check_base_url
     from ._systemone import SystemOneJudge
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "SystemOneJudge",
     "Usage",
     "check_async_judge",
+    "check_base_url",
     "remaining_s",
     "use_deadline",
     "validate_response",
@@ -77,6 +78,7 @@ _LAZY = {
     "DEFAULT_MAX_REPLY_BYTES": "._http",
     "RetryPolicy": "._http",
     "SystemOneJudge": "._systemone",
+    "check_base_url": "._http",
 }
 
 
