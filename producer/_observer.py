@@ -45,7 +45,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from ._redaction import Redactor, apply_redaction
 from ._sampling import Sampler, replace_fields
 from ._units import NotReadyError, UnitName, cut
-from .importers import ParsedTrace, anthropic, chat_exchange
+from .importers import ParsedTrace, anthropic, chat_exchange, openai_chat
 from .snapshot import EventType, Snapshot, ToolRound, ToolSpec
 
 __all__ = ["MODES", "Observation", "SnapshotSink", "observe", "observer_stats"]
@@ -361,8 +361,6 @@ def _specs_or_none(trace: ParsedTrace, rounds: tuple[ToolRound, ...]) -> Any:
 
 
 def _openai_messages(record: dict[str, Any]) -> ParsedTrace:
-    from .importers import openai_chat  # noqa: PLC0415 - only the prefix parse needs it
-
     request = record["request"]
     return openai_chat.parse({**request, "id": record["id"]}, record["id"])[0]
 
