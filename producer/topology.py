@@ -33,6 +33,7 @@ __all__ = [
     "TASK_NAMES",
     "Lane",
     "celery_routing",
+    "lane_of_queue",
     "lane_queues",
 ]
 
@@ -49,6 +50,7 @@ LANE_QUEUES: Mapping[Lane, str] = MappingProxyType(
     {Lane.LIVE: "evalq.live", Lane.BACKFILL: "evalq.backfill", Lane.OUTCOMES: "evalq.outcomes"}
 )
 """The broker queue of each lane."""
+_LANE_OF_QUEUE = {queue: lane for lane, queue in LANE_QUEUES.items()}
 LANE_EXCHANGE: Final = "evalq"
 """One direct exchange; each lane queue is bound with its own name as routing key."""
 
@@ -64,6 +66,11 @@ TASK_NAMES: frozenset[str] = frozenset(TASK_LANES)
 
 ENQUEUED_AT_HEADER: Final = "evalq_enqueued_at"
 """Message header: unix time (float seconds) of the publish, for queue-wait and age metrics."""
+
+
+def lane_of_queue(queue: object) -> Lane | None:
+    """The lane a broker queue name serves (``None`` for any other queue or value)."""
+    return _LANE_OF_QUEUE.get(queue) if isinstance(queue, str) else None
 
 
 def lane_queues() -> tuple[Any, ...]:
