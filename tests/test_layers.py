@@ -21,6 +21,7 @@ kombu, redis or aiohttp.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -347,3 +348,13 @@ def test_the_contract_and_the_engine_load_no_queue_or_http_client(module: str) -
 def test_the_load_check_sees_a_queue_client() -> None:
     """The same check reports Celery and kombu for the worker app, which does load them."""
     assert {"celery", "kombu"} <= loaded_by("worker.app") & set(HEAVY)
+
+
+@pytest.mark.parametrize("package", ["producer", "worker.judges"])
+def test_every_lazily_exported_name_resolves(package: str) -> None:
+    """Each name in a lazy package's ``__all__`` imports, and unknown names raise AttributeError."""
+    module = importlib.import_module(package)
+    missing = [name for name in module.__all__ if getattr(module, name, None) is None]
+    assert missing == []
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = module.no_such_name
