@@ -13,6 +13,7 @@ from typing import Any
 from celery import Celery
 
 from bench._kit import NOOP_TASK
+from producer.topology import LANE_QUEUES, Lane
 from worker.app import celery_config
 from worker.settings import load_settings
 
@@ -24,7 +25,7 @@ app.conf.update(celery_config(_settings, _settings.require_broker()))
 # The real worker's consumer dead-letters bad messages into the store; the baseline has no store
 # and receives only well-formed messages, so Celery's stock consumer is the fair comparison.
 app.conf.worker_consumer = "celery.worker.consumer:Consumer"
-app.conf.task_routes = {NOOP_TASK: {"queue": "evalq.backfill"}}
+app.conf.task_routes = {NOOP_TASK: {"queue": LANE_QUEUES[Lane.BACKFILL]}}
 
 
 @app.task(name=NOOP_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Sequence
 
 from bench._kit import NOOP_TASK
-from producer.snapshot import EVALUATE_TASK
+from producer.topology import EVALUATE_TASK, LANE_QUEUES, Lane
 from worker import consumer, handling, lifecycle
 from worker.app import create_app
 from worker.settings import load_settings
@@ -44,6 +44,6 @@ lifecycle.Handler = NoopHandler  # type: ignore[attr-defined, misc, unused-ignor
 consumer.TASK_NAMES = frozenset({*consumer.TASK_NAMES, NOOP_TASK})
 app = create_app(load_settings())
 app.conf.task_routes = {
-    NOOP_TASK: {"queue": "evalq.backfill"},
-    EVALUATE_TASK: {"queue": "evalq.live"},
+    NOOP_TASK: {"queue": LANE_QUEUES[Lane.BACKFILL]},
+    EVALUATE_TASK: {"queue": LANE_QUEUES[Lane.LIVE]},
 }

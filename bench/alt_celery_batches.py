@@ -36,8 +36,8 @@ from celery_batches import (  # type: ignore[import-untyped, import-not-found, u
 )
 
 from bench import _store_counts
-from producer.snapshot import ENQUEUED_AT_HEADER, EVALUATE_TASK
-from worker import broker, runtime
+from producer.topology import ENQUEUED_AT_HEADER, EVALUATE_TASK, lane_of_queue
+from worker import runtime
 from worker.app import celery_config, install_json_decoder
 from worker.dead_letters import raw_bytes
 from worker.handling import Delivery, Handler, Verdict
@@ -82,7 +82,7 @@ def _delivery(request: SimpleRequest) -> Delivery:
     args = tuple(request.args)
     kwargs = dict(request.kwargs)
     info = request.delivery_info or {}
-    lane = broker.lane_of_queue(info.get("routing_key") or info.get("queue"))
+    lane = lane_of_queue(info.get("routing_key") or info.get("queue"))
     headers = request.request_dict or {}
     stamp = headers.get(ENQUEUED_AT_HEADER)
     enqueued_at = float(stamp) if isinstance(stamp, int | float) else None

@@ -15,13 +15,9 @@
 - :class:`LiveSubmitter`: the non-blocking, bounded buffer behind ``Producer.submit``.
 """
 
-from ._backfill import BackfillProgress, BackfillSummary, run_backfill, send_outcomes
-from ._observer import observe
-from ._producer import Producer
-from ._reader import ImportErrorReport, InvalidTraceError, read_snapshots
-from ._redaction import Redactor, RegexRedactor
-from ._sampling import Sampler, SamplingRule
-from ._submitter import LiveSubmitter
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .snapshot import (
     EVALUATE_TASK,
     LANE_QUEUES,
@@ -33,6 +29,15 @@ from .snapshot import (
     Snapshot,
     WindowViolation,
 )
+
+if TYPE_CHECKING:
+    from ._backfill import BackfillProgress, BackfillSummary, run_backfill, send_outcomes
+    from ._observer import observe
+    from ._producer import Producer
+    from ._reader import ImportErrorReport, InvalidTraceError, read_snapshots
+    from ._redaction import Redactor, RegexRedactor
+    from ._sampling import Sampler, SamplingRule
+    from ._submitter import LiveSubmitter
 
 __all__ = [
     "EVALUATE_TASK",
@@ -59,3 +64,32 @@ __all__ = [
     "run_backfill",
     "send_outcomes",
 ]
+
+# Everything beyond the contract loads on first use: importing the contract
+# (``producer.snapshot``, which runs this file first) must not load Celery, kombu or the SDKs.
+_LAZY = {
+    "BackfillProgress": "._backfill",
+    "BackfillSummary": "._backfill",
+    "run_backfill": "._backfill",
+    "send_outcomes": "._backfill",
+    "observe": "._observer",
+    "Producer": "._producer",
+    "ImportErrorReport": "._reader",
+    "InvalidTraceError": "._reader",
+    "read_snapshots": "._reader",
+    "Redactor": "._redaction",
+    "RegexRedactor": "._redaction",
+    "Sampler": "._sampling",
+    "SamplingRule": "._sampling",
+    "LiveSubmitter": "._submitter",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A lazily exported name (:data:`_LAZY`), imported and kept on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

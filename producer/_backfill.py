@@ -54,7 +54,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 
 from ._reader import ImportErrorReport, RejectedLine, read_located
 from ._sampling import Sampler, replace_fields

@@ -65,7 +65,7 @@ from worker.evaluation import Limits
 from ._redaction import Redactor, apply_redaction
 from ._sampling import Sampler, replace_fields
 from ._units import NotReadyError, invocation_at
-from .importers import ParsedTrace, anthropic, chat_exchange
+from .importers import ParsedTrace, anthropic, chat_exchange, openai_chat
 from .snapshot import EventType, Snapshot, ToolRound, ToolSpec
 
 __all__ = [
@@ -404,8 +404,6 @@ def _specs_or_none(trace: ParsedTrace, rounds: tuple[ToolRound, ...]) -> Any:
 
 
 def _openai_messages(record: dict[str, Any]) -> ParsedTrace:
-    from .importers import openai_chat  # noqa: PLC0415 - only the prefix parse needs it
-
     request = record["request"]
     return openai_chat.parse({**request, "id": record["id"]}, record["id"])[0]
 

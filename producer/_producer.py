@@ -1,7 +1,7 @@
 """The producer's broker client: sends tasks BY NAME, never importing the worker's tasks.
 
 A minimal Celery app (no tasks, no result backend, JSON only) publishes to the lane queues of
-:data:`producer.snapshot.LANE_QUEUES`. Payloads follow the task contract:
+:mod:`producer.topology` (declared by its ``celery_routing``). Payloads follow the task contract:
 
 - ``evalq.evaluate``: one argument, a ``Snapshot.wire()`` dict — or, for batches (backfill), a
   list of them: at most ``batch_size`` (clamped to the contract's ``MAX_BATCH_ITEMS``) and
@@ -32,45 +32,35 @@ from types import TracebackType
 from typing import Any, Self
 
 from celery import Celery
-from kombu import Exchange, Queue
 from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
 from kombu.utils.json import dumps as json_dumps
 
 from ._sampling import Sampler
 from ._submitter import LiveSubmitter, RetryPolicy, SubmitterStats
 from .snapshot import (
-    ENQUEUED_AT_HEADER,
-    EVALUATE_TASK,
-    LANE_QUEUES,
     MAX_BATCH_BYTES,
     MAX_BATCH_ITEMS,
     MAX_ITEM_BYTES,
-    OUTCOME_TASK,
-    TALLY_TASK,
-    Lane,
     OutcomeEvent,
     SamplingTally,
     Snapshot,
 )
+from .topology import (
+    ENQUEUED_AT_HEADER,
+    EVALUATE_TASK,
+    LANE_QUEUES,
+    OUTCOME_TASK,
+    TALLY_TASK,
+    Lane,
+    celery_routing,
+)
 
 __all__ = [
-    "LANE_EXCHANGE",
     "PIPELINE_OPERATIONS",
     "OversizedSnapshotError",
     "Producer",
-    "lane_queues",
     "live_transport_options",
 ]
-
-LANE_EXCHANGE = "evalq"
-"""One direct exchange; each lane queue is bound with its own name as routing key."""
-
-
-def lane_queues() -> tuple[Queue, ...]:
-    """The lane queues as kombu declares them; workers and producers both use this."""
-    exchange = Exchange(LANE_EXCHANGE, type="direct", durable=True)
-    return tuple(Queue(name, exchange, routing_key=name) for name in LANE_QUEUES.values())
-
 
 _LIVE_SOCKET_CAPS_S = {"socket_timeout": 5.0, "socket_connect_timeout": 1.0}
 
@@ -101,10 +91,7 @@ def _celery(broker_url: str, transport_options: Mapping[str, Any], **extra: Any)
         task_serializer="json",
         accept_content=["json"],
         task_send_sent_event=True,
-        task_queues=lane_queues(),
-        task_default_queue=LANE_QUEUES[Lane.LIVE],
-        task_default_exchange=LANE_EXCHANGE,
-        task_default_routing_key=LANE_QUEUES[Lane.LIVE],
+        **celery_routing(),
         **extra,
     )
     return app

@@ -1,5 +1,8 @@
 """Snapshot → engine :class:`~worker.evaluation.Trace` (used by :meth:`Snapshot.trace`).
 
+It is given the snapshot's parts, not the snapshot: the contract module calls it, so it must not
+import that module back.
+
 The in-window events become OpenAI chat-format messages, in order, and go through
 :meth:`Trace.from_frozen_parts`, so a snapshot is normalized by exactly the same §B rules as any
 other trace (:meth:`Trace.from_messages`). Tool-call events join the assistant message named by
@@ -20,29 +23,40 @@ part of the trace, so they can never reach a judge.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from worker._json import JsonValue, thaw
+from worker.canonical_json import JsonValue, thaw
 from worker.evaluation import Trace
 
-if TYPE_CHECKING:
-    from .snapshot import Event, Snapshot, ToolRound, ToolSpec
+from ._events import Event, ToolRound, ToolSpec
 
 __all__ = ["project"]
 
 
-def project(snapshot: Snapshot) -> Trace:
-    """The trace of a snapshot's events (the caller has already checked the window)."""
+def project(
+    trace_id: str,
+    events: Iterable[Event],
+    *,
+    tools: Iterable[ToolSpec] | None,
+    tool_rounds: Iterable[ToolRound] | None,
+    proposed_call: Event | None,
+    evidence: Mapping[str, JsonValue],
+    issues: Sequence[str],
+) -> Trace:
+    """The trace of a snapshot's parts (the caller has already checked the window).
+
+    ``evidence``: the snapshot's set fields beyond its events (contexts, claims, expected calls).
+    """
     projector = _Projector()
-    for event in snapshot.events:
+    for event in events:
         projector.add(event)
     return Trace.from_frozen_parts(
-        snapshot.trace_id,
+        trace_id,
         projector.messages,
-        _catalog(snapshot.tools),
-        _extras(snapshot, projector.positions),
-        (*projector.issues, *snapshot.issues),
+        _catalog(tools),
+        _extras(tool_rounds, proposed_call, evidence, projector.positions),
+        (*projector.issues, *issues),
     )
 
 
@@ -117,19 +131,20 @@ def _catalog(tools: Iterable[ToolSpec] | None) -> list[dict[str, Any]] | None:
     ]
 
 
-def _extras(snapshot: Snapshot, positions: dict[str, int]) -> dict[str, Any]:
+def _extras(
+    tool_rounds: Iterable[ToolRound] | None,
+    call: Event | None,
+    evidence: Mapping[str, JsonValue],
+    positions: dict[str, int],
+) -> dict[str, Any]:
     """Fields beyond the messages. Their tuples are the model's own (frozen JSON, or strings
     validated as exact ``str``), so the trace keeps them."""
     extras: dict[str, Any] = {}
-    if snapshot.tool_rounds is not None:
-        extras["available_tool_snapshots"] = _rounds(snapshot.tool_rounds, positions)
-    call = snapshot.unit.call
+    if tool_rounds is not None:
+        extras["available_tool_snapshots"] = _rounds(tool_rounds, positions)
     if call is not None:
         extras["proposed_call"] = {"name": call.tool_name, "arguments": call.arguments}
-    for key in ("contexts", "claims", "expected_tool_calls"):
-        value = getattr(snapshot, key)
-        if value is not None:
-            extras[key] = value
+    extras.update(evidence)
     return extras
 
 

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from producer._units import NotReadyError, UnitName, cut
 from producer.importers import FORMATS, FieldError, GroupFormat, ParsedTrace, RecordFormat, detect
 from producer.snapshot import MAX_ITEM_BYTES, Snapshot
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 
 __all__ = [
     "IMPORTER_ERROR",

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from worker._json import thaw
+from worker.canonical_json import thaw
 
 from ._sampling import replace_fields
 from .snapshot import Event, Snapshot

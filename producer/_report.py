@@ -95,7 +95,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from worker._json import canonical_json, thaw
+from worker.canonical_json import canonical_json, thaw
 from worker.evaluation import Summary, SummaryCounter
 from worker.store import (
     EvaluationRow,

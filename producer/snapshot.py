@@ -3,6 +3,8 @@
 Both sides import this module; it imports neither Celery nor the store. A :class:`Snapshot` is an
 immutable, content-addressed cut of one agent trace at an evidence-window cutoff:
 ``snapshot_id = sha256(canonical JSON)``, so the same content gives the same id on any machine.
+The queue topology (lanes, exchange, task names, headers) is :mod:`producer.topology`'s,
+re-exported here.
 
 Exceptions::
 
@@ -15,16 +17,12 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     SerializerFunctionWrapHandler,
@@ -33,12 +31,27 @@ from pydantic import (
     model_validator,
 )
 
-from worker._json import FrozenJson, canonical_json
+from worker.canonical_json import FrozenJson, canonical_json
 from worker.evaluation import Trace
+
+from ._events import Contract, Event, EventType, ToolRound, ToolSpec, UtcTime
+from ._projection import project
+from .topology import (
+    ENQUEUED_AT_HEADER,
+    EVALUATE_TASK,
+    LANE_EXCHANGE,
+    LANE_QUEUES,
+    OUTCOME_TASK,
+    TALLY_TASK,
+    TASK_LANES,
+    TASK_NAMES,
+    Lane,
+)
 
 __all__ = [
     "ENQUEUED_AT_HEADER",
     "EVALUATE_TASK",
+    "LANE_EXCHANGE",
     "LANE_QUEUES",
     "MAX_BATCH_BYTES",
     "MAX_BATCH_ITEMS",
@@ -46,6 +59,8 @@ __all__ = [
     "OUTCOME_TASK",
     "SCHEMA_VERSION",
     "TALLY_TASK",
+    "TASK_LANES",
+    "TASK_NAMES",
     "Event",
     "EventType",
     "GoldLabel",
@@ -66,22 +81,12 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: Final = 1
-EVALUATE_TASK = "evalq.evaluate"
-OUTCOME_TASK = "evalq.outcome"
-TALLY_TASK = "evalq.sampling_tally"
 
 
 class WindowViolation(ValueError):
     """The snapshot holds evidence after its own cutoff (reason code ``WINDOW_VIOLATION``)."""
 
     code = "WINDOW_VIOLATION"
-
-
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
-
-
-UtcTime = Annotated[AwareDatetime, AfterValidator(_utc)]
 
 
 def _readonly(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -95,22 +100,6 @@ def _dump_mapping(value: Mapping[str, Any], handler: SerializerFunctionWrapHandl
 ReadOnlyMap = (AfterValidator(_readonly), WrapSerializer(_dump_mapping))
 
 
-class _Contract(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Lane(StrEnum):
-    """Queues: ``live`` (latency first), ``backfill`` (throughput first), ``outcomes``."""
-
-    LIVE = "live"
-    BACKFILL = "backfill"
-    OUTCOMES = "outcomes"
-
-
-LANE_QUEUES: Mapping[Lane, str] = MappingProxyType(
-    {Lane.LIVE: "evalq.live", Lane.BACKFILL: "evalq.backfill", Lane.OUTCOMES: "evalq.outcomes"}
-)
-"""The broker queue of each lane, defined once for producers and workers."""
 MAX_ITEM_BYTES: Final = 4 * 1024 * 1024
 """Largest snapshot or outcome (compact JSON, UTF-8) a worker accepts (else PAYLOAD_TOO_LARGE).
 
@@ -125,8 +114,6 @@ the batch sizes of producers and workers cannot mismatch into ``BATCH_TOO_LARGE`
 """
 MAX_BATCH_BYTES: Final = 16 * 1024 * 1024
 """Most bytes of snapshot JSON in one backfill message: a batch is split before it would pass."""
-ENQUEUED_AT_HEADER = "evalq_enqueued_at"
-"""Message header: unix time (float seconds) of the publish, for queue-wait and age metrics."""
 
 
 class Unit(StrEnum):
@@ -146,60 +133,7 @@ class WindowRule(StrEnum):
     THROUGH_EVENT = "through_event"  # an explicit cutoff event
 
 
-class EventType(StrEnum):
-    """Normalized event kinds. Messages carry text; tool events carry call ids."""
-
-    SYSTEM = "system"
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL_CALL = "tool_call"
-    TOOL_RESULT = "tool_result"
-
-
-class Event(_Contract):
-    """One normalized trace event, in causal order.
-
-    ``arguments`` of a tool call is the parsed JSON value, or the raw string when the exporter's
-    text was not valid JSON (the projection then flags ``INVALID_TOOL_ARGUMENTS``). ``parent_id``
-    of a tool call names the assistant event that proposed it. ``issues`` are importer codes
-    (e.g. ``TRUNCATED_CONTENT``, ``UNSUPPORTED_TOOL_CONTENT``) that make the trace incomplete.
-    """
-
-    id: str
-    type: EventType
-    text: str | None = None
-    tool_name: str | None = None
-    arguments: FrozenJson = None
-    call_id: str | None = None
-    parent_id: str | None = None
-    timestamp: UtcTime | None = None
-    status: str | None = None
-    issues: tuple[str, ...] = ()
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("event id must be non-blank")
-        return value
-
-
-class ToolSpec(_Contract):
-    """One tool offered to the model."""
-
-    name: str
-    description: str = ""
-    parameters: FrozenJson = None
-
-
-class ToolRound(_Contract):
-    """The catalog offered to the model call whose output starts at ``event_id``."""
-
-    event_id: str
-    tools: tuple[ToolSpec, ...]
-
-
-class UnitRef(_Contract):
+class UnitRef(Contract):
     """The judged unit and the event that identifies it (user message or proposed call).
 
     For a ``tool_call`` unit the window ends just before the call, so the call itself is not
@@ -212,7 +146,7 @@ class UnitRef(_Contract):
     call: Event | None = None
 
 
-class Window(_Contract):
+class Window(Contract):
     """Evidence window: only events up to and including ``cutoff_event_id`` are evidence."""
 
     rule: WindowRule
@@ -220,7 +154,7 @@ class Window(_Contract):
     cutoff_time: UtcTime | None = None
 
 
-class GoldLabel(_Contract):
+class GoldLabel(Contract):
     """A gold label for one metric (exactly one of ``passed``/``label``). Never sent to a judge."""
 
     passed: bool | None = None
@@ -233,7 +167,7 @@ class GoldLabel(_Contract):
         return self
 
 
-class SliceMeta(_Contract):
+class SliceMeta(Contract):
     """Slicing metadata for reports."""
 
     agent_version: str | None = None
@@ -241,7 +175,7 @@ class SliceMeta(_Contract):
     tool: str | None = None
 
 
-class Sampling(_Contract):
+class Sampling(Contract):
     """How this snapshot was sampled: lane, rate in (0, 1], weight (1/rate), rule name."""
 
     lane: Lane = Lane.LIVE
@@ -257,7 +191,7 @@ class Sampling(_Contract):
         return self
 
 
-class Snapshot(_Contract):
+class Snapshot(Contract):
     """An immutable trace snapshot cut at an evidence-window cutoff."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -326,12 +260,22 @@ class Snapshot(_Contract):
     def trace(self) -> Trace:
         """Project the in-window events into an engine :class:`~worker.evaluation.Trace`."""
         self.check_window()
-        from ._projection import project  # noqa: PLC0415 - keeps the contract module small
+        return project(
+            self.trace_id,
+            self.events,
+            tools=self.tools,
+            tool_rounds=self.tool_rounds,
+            proposed_call=self.unit.call,
+            evidence={k: v for k in _EVIDENCE if (v := getattr(self, k)) is not None},
+            issues=self.issues,
+        )
 
-        return project(self)
+
+_EVIDENCE = ("contexts", "claims", "expected_tool_calls")
+"""Snapshot fields the trace carries beyond its messages (when set)."""
 
 
-class OutcomeEvent(_Contract):
+class OutcomeEvent(Contract):
     """A fact observed after evaluation (refund reversed, complaint). Never mutates records."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -355,7 +299,7 @@ class OutcomeEvent(_Contract):
         return self.model_dump(mode="json")
 
 
-class TallyRow(_Contract):
+class TallyRow(Contract):
     """Sampling counts for one (rule, rate, slice) since the producer's previous tally."""
 
     rule: str
@@ -379,7 +323,7 @@ class TallyRow(_Contract):
         return self.seen - self.sampled
 
 
-class SamplingTally(_Contract):
+class SamplingTally(Contract):
     """A delta of sampling counts from one producer process, sent as :data:`TALLY_TASK`.
 
     Producers never write records; the worker stores each row once per ``tally_id`` (a unique

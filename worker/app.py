@@ -7,7 +7,8 @@ Reliability settings follow measured Celery 5.7 / kombu 5.7 facts (``docs/concur
   made harmless by the store's idempotent writes;
 - JSON only (``accept_content=["json"]``): a pickle message is refused and dead-lettered;
 - no result backend (results live in our store, not in broker memory);
-- one queue per lane (``producer.snapshot.LANE_QUEUES``), consumed live-first on Redis;
+- one queue per lane (:mod:`producer.topology`, shared with producers), consumed live-first
+  on Redis;
 - execution is evalq's own (:mod:`worker.consumer`, :mod:`worker.lifecycle`): Celery's consumer
   fetches (prefetch = the process's concurrency), evalq's intake hands messages to the event
   loop in micro-batches; Celery's ``solo`` pool is configured but never given a message;
@@ -26,8 +27,7 @@ from celery import Celery
 from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
 from kombu.utils import json as kombu_json
 
-from producer._producer import LANE_EXCHANGE, lane_queues
-from producer.snapshot import EVALUATE_TASK, LANE_QUEUES, OUTCOME_TASK, TALLY_TASK, Lane
+from producer.topology import celery_routing
 from worker import tasks
 from worker.broker import broker_transport_options, transport_setting
 from worker.lifecycle import Lifecycle
@@ -86,15 +86,7 @@ def celery_config(settings: Settings, broker_url: str) -> dict[str, Any]:
         "worker_hijack_root_logger": True,
         "worker_send_task_events": True,
         "task_send_sent_event": True,
-        "task_queues": lane_queues(),
-        "task_default_queue": LANE_QUEUES[Lane.LIVE],
-        "task_default_exchange": LANE_EXCHANGE,
-        "task_default_routing_key": LANE_QUEUES[Lane.LIVE],
-        "task_routes": {
-            EVALUATE_TASK: {"queue": LANE_QUEUES[Lane.LIVE]},
-            OUTCOME_TASK: {"queue": LANE_QUEUES[Lane.OUTCOMES]},
-            TALLY_TASK: {"queue": LANE_QUEUES[Lane.OUTCOMES]},
-        },
+        **celery_routing(),  # lane queues, exchange, task routes: the contract's topology
     }
 
 

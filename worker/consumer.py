@@ -42,7 +42,7 @@ from celery.worker.consumer import Consumer
 from kombu.exceptions import ContentDisallowed, DecodeError
 from kombu.message import Message
 
-from producer.snapshot import ENQUEUED_AT_HEADER, EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK, Lane
+from producer.topology import ENQUEUED_AT_HEADER, TASK_NAMES, Lane, lane_of_queue
 from worker import broker, metrics
 from worker.dead_letters import DeadLetterCode
 from worker.handling import Delivery, Handler, Verdict
@@ -52,8 +52,6 @@ __all__ = ["DRAIN_CHUNK", "TASK_NAMES", "EvalqConsumer", "Intake", "Intakes", "d
 _log = logging.getLogger(__name__)
 DRAIN_CHUNK = 16
 """Messages the intake hands to the handler per loop iteration (one micro-batch)."""
-TASK_NAMES = frozenset({EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK})
-"""The task names this worker serves; any other (Celery built-ins too) is UNKNOWN_TASK."""
 
 
 def _raw_body(message: Message) -> bytes:
@@ -64,7 +62,7 @@ def _raw_body(message: Message) -> bytes:
 
 
 def _refused(message: Message, code: DeadLetterCode, task: str | None = None) -> Delivery:
-    lane = broker.lane_of_queue(_queue(message))
+    lane = lane_of_queue(_queue(message))
     return Delivery.refusal(code, _raw_body(message), task=task, lane=lane)
 
 
@@ -123,7 +121,7 @@ def delivery_of(message: Message) -> Delivery:
         undecodable = _undecodable(message)
         code = DeadLetterCode.UNDECODABLE if undecodable else DeadLetterCode.INVALID_MESSAGE
         return _refused(message, code, task)
-    lane = broker.lane_of_queue(_queue(message))
+    lane = lane_of_queue(_queue(message))
     return Delivery(task, args, kwargs, lane, _raw_body(message), _enqueued_at(headers))
 
 
@@ -185,9 +183,7 @@ class Intake:
 
     def poisoned(self, queue: str, raw: bytes, tag: str | None) -> None:
         """An unreadable list item from the reliable fetch: dead-letter it, then forget it."""
-        delivery = Delivery.refusal(
-            DeadLetterCode.UNDECODABLE, raw, lane=broker.lane_of_queue(queue)
-        )
+        delivery = Delivery.refusal(DeadLetterCode.UNDECODABLE, raw, lane=lane_of_queue(queue))
         self.loop.call_soon_threadsafe(self._handle_poison, delivery, queue, tag)
 
     def renew_leases(self) -> None:
@@ -244,7 +240,7 @@ class Intake:
             return
         self.in_flight += len(messages)
         self._held.update((id(m), m) for m in messages)
-        messages.sort(key=lambda m: broker.lane_of_queue(_queue(m)) is not Lane.LIVE)  # stable
+        messages.sort(key=lambda m: lane_of_queue(_queue(m)) is not Lane.LIVE)  # stable
         self._submit_chunks(messages)
 
     def _submit_chunks(self, messages: list[Message]) -> None:
@@ -313,7 +309,7 @@ class Intakes:
 
     def for_queue(self, queue: Any) -> Intake:
         """The intake that handles messages of ``queue``."""
-        if self.live is not None and broker.lane_of_queue(queue) is Lane.LIVE:
+        if self.live is not None and lane_of_queue(queue) is Lane.LIVE:
             return self.live
         return self.other
 

@@ -49,7 +49,7 @@ from producer.snapshot import (
     WindowViolation,
 )
 from worker import metrics
-from worker._json import compact_json, frozen_json
+from worker.canonical_json import compact_json, frozen_json
 from worker.committer import Committer
 from worker.dead_letters import DeadLetterCode, raw_bytes, record_dead_letter
 from worker.evaluation import Entry, Reason, Report, Status, Trace

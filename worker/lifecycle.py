@@ -28,7 +28,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from producer.snapshot import Lane
+from producer.topology import Lane
 from worker import metrics, runtime
 from worker.consumer import Intake, Intakes
 from worker.handling import Handler

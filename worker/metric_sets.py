@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 from worker.evaluation import (
     Limits,
     MatchMode,

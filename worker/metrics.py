@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from producer.snapshot import LANE_QUEUES, Lane
+from producer.topology import ENQUEUED_AT_HEADER, LANE_QUEUES, Lane
 from worker.broker import (
     PRIORITY_SEP,
     PRIORITY_STEPS,
@@ -69,7 +69,6 @@ __all__ = [
     "DECISION_REASONS",
     "DEFAULT_EXPORTER_PORT",
     "DEFAULT_QUEUE_EXPORTER_PORT",
-    "ENQUEUED_AT_HEADER",
     "EVALUATION_OUTCOMES",
     "JUDGE_STATUSES",
     "KNOWN_REASONS",
@@ -101,8 +100,6 @@ OTHER = "OTHER"
 """The label value for anything outside a bounded set."""
 DEFAULT_EXPORTER_PORT = 9808
 DEFAULT_QUEUE_EXPORTER_PORT = 9809
-ENQUEUED_AT_HEADER = "evalq_enqueued_at"
-"""Message header (unix seconds, float) a producer sets at publish; gives the oldest message age."""
 MAX_METRIC_IDS = 64
 """Cap on distinct metric-id label values, whatever a misconfigured worker allows."""
 

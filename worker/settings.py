@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from producer.snapshot import Lane
+from producer.topology import LANE_QUEUES, Lane
 from worker.evaluation import Limits, Thresholds, check_id
-from worker.judges._http import check_base_url
+from worker.judges import check_base_url
 
 __all__ = [
     "BACKSTOP_MARGIN_S",
@@ -278,8 +278,6 @@ class Settings(BaseSettings):
     @property
     def queues(self) -> tuple[str, ...]:
         """Broker queue names of the configured lanes, in priority order (live first)."""
-        from producer.snapshot import LANE_QUEUES  # noqa: PLC0415 - keep the public import list short
-
         order = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
         return tuple(LANE_QUEUES[lane] for lane in order if lane in self.lanes)
 

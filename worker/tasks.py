@@ -18,14 +18,12 @@ from typing import Any
 from celery import Celery, Task
 from celery.exceptions import Reject
 
-from producer.snapshot import EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK
+from producer.topology import TASK_NAMES
 from worker import runtime
 from worker.dead_letters import raw_bytes
 from worker.handling import Delivery, Handler, Verdict
 
-__all__ = ["TASKS", "register"]
-
-TASKS = (EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK)
+__all__ = ["register"]
 
 
 def _handle(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
@@ -40,7 +38,7 @@ def _handle(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
 
 def register(app: Celery) -> None:
     """Register every task on ``app`` under its stable name."""
-    for name in TASKS:
+    for name in sorted(TASK_NAMES):
         # typing=False: arguments are checked by the handler, so bad ones become dead letters.
         app.task(
             name=name,

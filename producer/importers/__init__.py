@@ -41,6 +41,7 @@ from ._common import (
     UNSUPPORTED_TOOL_CONTENT,
     Extras,
     FieldError,
+    Item,
     ParsedTrace,
 )
 
@@ -68,15 +69,6 @@ class RecordFormat:
     name: str
     detect: Callable[[Mapping[str, Any]], bool]
     parse: Callable[[dict[str, Any], str], list[ParsedTrace]]
-
-
-@dataclass(frozen=True)
-class Item:
-    """One span/log/run of a group format: ``key`` groups it, ``closes`` marks a finished root."""
-
-    key: str
-    payload: Any
-    closes: bool = False
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ __all__ = [
     "EventBuilder",
     "Extras",
     "FieldError",
+    "Item",
     "ParsedTrace",
     "as_obj",
     "content_text",
@@ -280,6 +281,15 @@ def _labels(raw: Mapping[str, Any], path: str) -> Mapping[str, GoldLabel]:
 
 
 # --- the normalized result ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """One span/log/run of a group format: ``key`` groups it, ``closes`` marks a finished root."""
+
+    key: str
+    payload: Any
+    closes: bool = False
 
 
 @dataclass(frozen=True)

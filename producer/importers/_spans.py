@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from producer.snapshot import Event, EventType
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 
 from ._common import TRUNCATED_CONTENT, EventBuilder, ParsedTrace
 from .openai_chat import add_message

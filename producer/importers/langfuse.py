@@ -35,6 +35,7 @@ from typing import Any
 from ._common import (
     Extras,
     FieldError,
+    Item,
     ParsedTrace,
     as_obj,
     opt_str,
@@ -66,7 +67,6 @@ def detect(record: Mapping[str, Any]) -> bool:
 
 def split(record: dict[str, Any], session: bool) -> Iterator[Any]:  # noqa: ARG001
     """The observations of one line keyed by trace id; a trace object closes its trace."""
-    from . import Item  # noqa: PLC0415 - the registry imports this module
 
     if isinstance(record.get("observations"), list):
         trace_id = opt_str(record, "id")

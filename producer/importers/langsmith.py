@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ._common import Extras, FieldError, ParsedTrace, as_obj, tool_spec
+from ._common import Extras, FieldError, Item, ParsedTrace, as_obj, tool_spec
 from ._spans import ChatCall, ToolRun, build_events, merge_prefixes
 
 __all__ = ["NAME", "RUN_NOT_ENDED", "detect", "merge", "parse", "split"]
@@ -58,7 +58,6 @@ def detect(record: Mapping[str, Any]) -> bool:
 
 def split(record: dict[str, Any], session: bool) -> Iterator[Any]:  # noqa: ARG001
     """The runs of one line (nested child runs flattened), keyed by trace id."""
-    from . import Item  # noqa: PLC0415 - the registry imports this module
 
     runs: list[tuple[str, Any]] = []
     if "run_type" in record:

@@ -42,6 +42,7 @@ from ._common import (
     TRUNCATED_CONTENT,
     Extras,
     FieldError,
+    Item,
     ParsedTrace,
     as_obj,
     tool_spec,
@@ -235,7 +236,6 @@ def split(record: dict[str, Any], session: bool) -> Iterator[Any]:  # noqa: ARG0
     Sessions (several traces of one conversation) are not regrouped here: every trace repeats
     the history, and ``merge`` keeps the longest one of each conversation.
     """
-    from . import Item  # noqa: PLC0415 - the registry imports this module
 
     for path, raw in _walk(record, "resourceSpans", "scopeSpans", "spans"):
         span = _span(raw, path)

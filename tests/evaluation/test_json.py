@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker._json import (
+from worker.canonical_json import (
     canonical_json,
     compact_json,
     freeze,

@@ -18,8 +18,8 @@ import pytest
 from celery import Celery
 
 from producer import EVALUATE_TASK, LANE_QUEUES, Lane, Snapshot, read_snapshots
-from producer._producer import LANE_EXCHANGE
 from producer.snapshot import ENQUEUED_AT_HEADER
+from producer.topology import LANE_EXCHANGE
 from tests.faults.conftest import StartWorker
 from tests.faults.fault_kit import redone, report_row, store_rows, tally
 from tests.queue.queue_kit import REPO, example_snapshots, wait_until

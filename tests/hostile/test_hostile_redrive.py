@@ -9,7 +9,7 @@ import pytest
 
 from tests.hostile.hostile_kit import evalq, record
 from tests.producer.producer_kit import make_snapshot, queued_payloads
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 from worker.store import DeadLetterRecord, Store
 
 pytestmark = pytest.mark.services

@@ -12,7 +12,7 @@ from producer._reader import MAX_LINE_BYTES
 from producer.snapshot import MAX_BATCH_ITEMS, MAX_ITEM_BYTES
 from tests.hostile.hostile_kit import chat_line, chat_record, evalq, record, write
 from tests.producer.producer_kit import queue_length, queued_payloads
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 from worker.store import DeadLetterRecord, Store
 
 pytestmark = pytest.mark.services

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from producer.snapshot import Event
-from worker._json import thaw
+from worker.canonical_json import thaw
 
 TRACES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from producer import ImportErrorReport, read_snapshots
 from producer.snapshot import EventType, Snapshot
-from worker._json import thaw
+from worker.canonical_json import thaw
 
 Lines = Callable[[str], list[dict[str, Any]]]
 Writer = Callable[[list[Any]], Path]

@@ -13,7 +13,7 @@ import pytest
 from producer import read_snapshots
 from producer._reader import ImportErrorReport
 from producer.snapshot import EventType, Snapshot, WindowRule
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 from worker.evaluation import Evaluator, Limits, Thresholds, agent_metrics
 from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.judges.judge_kit import MIXED
 from tests.properties.strategies import examples, json_values, nasty_text
-from worker._json import json_size
+from worker.canonical_json import json_size
 from worker.judges import (
     ChoiceAnswer,
     ChoiceQuestion,

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.judges.judge_kit import CANARY_KEY, MIXED, NOUL, leaks
-from worker._json import canonical_json, compact_json
+from worker.canonical_json import canonical_json, compact_json
 from worker.judges import (
     InvalidReply,
     JudgeError,

@@ -13,6 +13,7 @@ import redis
 from kombu import Connection
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from producer.topology import ENQUEUED_AT_HEADER
 from tests.ops.ops_kit import (
     BIN,
     child_env,
@@ -337,7 +338,7 @@ def test_exporter_serves_metrics_on_loopback(
 def _publish(
     conn: Connection, queue: str, *, priority: int = 0, enqueued_at: float | None = None
 ) -> None:
-    headers = {} if enqueued_at is None else {metrics.ENQUEUED_AT_HEADER: enqueued_at}
+    headers = {} if enqueued_at is None else {ENQUEUED_AT_HEADER: enqueued_at}
     producer = conn.Producer(serializer="json")
     producer.publish(
         {"x": 1}, routing_key=queue, priority=priority, headers=headers, declare=[], exchange=""

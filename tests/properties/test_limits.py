@@ -20,7 +20,7 @@ from producer import Snapshot
 from producer.snapshot import MAX_ITEM_BYTES
 from tests.properties.strategies import examples
 from tests.queue.queue_kit import example_snapshots
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 from worker.dead_letters import DeadLetterCode
 from worker.evaluation import Evaluator, Limits, Reason, Status, Thresholds, Trace, agent_metrics
 from worker.handling import RefusedError, decode_snapshot

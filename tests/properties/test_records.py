@@ -22,8 +22,8 @@ from pydantic import BaseModel, ValidationError
 from tests.properties.strategies import examples
 from tests.queue.queue_kit import example_snapshots
 from worker import handling
-from worker._json import canonical_json, freeze
 from worker._models import assemble
+from worker.canonical_json import canonical_json, freeze
 from worker.evaluation import (
     Entry,
     Evaluator,

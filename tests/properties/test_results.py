@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from tests.properties.strategies import examples
-from worker._json import compact_json
 from worker._models import assemble
+from worker.canonical_json import compact_json
 from worker.evaluation import Entry, MetricResult, Reason, Report, Status, Thresholds
 from worker.evaluation import RequestUsage as EngineUsage
 from worker.evaluation._metrics import _UNTRUSTED, _claim_question

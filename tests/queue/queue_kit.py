@@ -23,8 +23,8 @@ from kombu import Connection
 from kombu import Producer as KombuProducer
 
 from producer import Lane, Snapshot, read_snapshots
-from producer._producer import LANE_EXCHANGE
 from producer.snapshot import LANE_QUEUES
+from producer.topology import LANE_EXCHANGE
 
 __all__ = [
     "EXAMPLES",

@@ -14,8 +14,8 @@ import pytest
 from celery import Celery
 
 from producer import EVALUATE_TASK, LANE_QUEUES, Lane, OutcomeEvent, Producer, Snapshot
-from producer._producer import LANE_EXCHANGE
 from producer.snapshot import SamplingTally, TallyRow
+from producer.topology import LANE_EXCHANGE
 from tests.queue.queue_kit import (
     WorkerProcess,
     example_snapshots,

@@ -12,7 +12,7 @@ import redis
 from kombu import Connection
 
 from producer import LANE_QUEUES, Lane, Producer
-from producer._producer import lane_queues
+from producer.topology import lane_queues
 from tests.queue.queue_kit import (
     WorkerProcess,
     example_snapshots,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.store._store_helpers import evaluation_record, outcome_record, snapshot_record, wire
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 from worker.store import (
     EvaluationRecord,
     PermanentStoreError,

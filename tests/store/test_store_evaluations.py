@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from producer.snapshot import Event, Sampling, SliceMeta, Snapshot, Window
 from tests.store._store_helpers import evaluation_record, snapshot_record, wire
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 from worker.store import (
     EvaluationRecord,
     MetricResultRecord,

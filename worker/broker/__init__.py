@@ -1,5 +1,5 @@
 """Everything broker-specific, in one place: Redis's reliable fetch, kombu patches, transport
-options, acks, and which lane a queue serves.
+options and acks (which lane a queue serves is the contract's: :mod:`producer.topology`).
 
 - :mod:`._reliable_fetch`: on ``redis://`` a fetch pops up to the free prefetch slots' worth of
   messages and registers each in kombu's ``unacked`` hash in one atomic Lua step (nothing is
@@ -19,7 +19,7 @@ from typing import Any
 
 from ._acks import ack_all, forget, renew, requeue, sweep
 from ._layout import PRIORITY_SEP, PRIORITY_STEPS, UNACKED_INDEX_KEY, UNACKED_KEY, queue_keys
-from ._options import broker_transport_options, is_redis, lane_of_queue, transport_setting
+from ._options import broker_transport_options, is_redis, transport_setting
 from ._qos import DeliveredAnyway, protect_deliveries, retire
 from ._reliable_fetch import Channel as ReliableChannel
 
@@ -34,7 +34,6 @@ __all__ = [
     "broker_transport_options",
     "forget",
     "is_redis",
-    "lane_of_queue",
     "protect",
     "protect_deliveries",
     "queue_keys",

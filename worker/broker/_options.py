@@ -12,24 +12,17 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from producer.snapshot import LANE_QUEUES, Lane
 from worker.settings import Settings
 
-__all__ = ["broker_transport_options", "is_redis", "lane_of_queue", "transport_setting"]
+__all__ = ["broker_transport_options", "is_redis", "transport_setting"]
 
 _REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 _RELIABLE_FETCH = "worker.broker._reliable_fetch:Transport"
-_LANE_OF_QUEUE = {queue: lane for lane, queue in LANE_QUEUES.items()}
 
 
 def is_redis(broker_url: str) -> bool:
     """True for the Redis transports (where visibility timeouts and restore sweeps exist)."""
     return urlsplit(broker_url).scheme.lower() in _REDIS_SCHEMES
-
-
-def lane_of_queue(queue: object) -> Lane | None:
-    """The lane a broker queue name serves (``None`` for any other queue or value)."""
-    return _LANE_OF_QUEUE.get(queue) if isinstance(queue, str) else None
 
 
 def broker_transport_options(settings: Settings, broker_url: str) -> dict[str, Any]:

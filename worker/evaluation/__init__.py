@@ -11,7 +11,7 @@ own cancellation propagates (and then no report is produced): a caller that pass
 :class:`Progress` gets what had finished from ``Evaluator.interrupted_report``.
 """
 
-from worker._json import canonical_json, freeze, json_size, thaw
+from worker.canonical_json import canonical_json, freeze, json_size, thaw
 
 from ._evaluator import Entry, Evaluator, Limits, Progress, Report, RequestUsage
 from ._metric import ID_PATTERN, Metric, check_id

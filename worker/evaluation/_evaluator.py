@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from worker._json import (
+from worker._models import assemble
+from worker.canonical_json import (
     JsonValue,
     freeze,
     frozen_json,
     key_json,
     utf16_units,
 )
-from worker._models import assemble
 from worker.judges import (
     ChoiceQuestion,
     InvalidReply,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from worker._json import compact_json
 from worker._models import assemble
+from worker.canonical_json import compact_json
 from worker.judges import Answer, ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
 
 from ._agent import FieldMetric, invalid, read_choice, read_noul, read_score

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from worker._json import FrozenJson, JsonValue, freeze
 from worker._models import assemble
+from worker.canonical_json import FrozenJson, JsonValue, freeze
 
 __all__ = ["MetricResult", "Reason", "Status", "Thresholds"]
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from worker._json import JsonValue, canonical_json, freeze, freeze_reusing, thaw
+from worker.canonical_json import JsonValue, canonical_json, freeze, freeze_reusing, thaw
 
 __all__ = ["Trace"]
 

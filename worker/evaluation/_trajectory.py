@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from worker._json import canonical_json
+from worker.canonical_json import canonical_json
 
 from ._agent import VERSION_PREFIX, invalid
 from ._result import MetricResult, Reason, Status, Thresholds

@@ -15,13 +15,13 @@ Exception tree (foreign httpx exceptions are translated once, in the HTTP judges
      └── InvalidResponse   a response breaks a §A.4 rule (message = rule code)
 """
 
-from ._chat import ChatJudge
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._deadline import remaining_s, use_deadline
 from ._errors import InvalidReply, JudgeError
-from ._http import DEFAULT_MAX_REPLY_BYTES, RetryPolicy
 from ._protocol import Judge, check_async_judge, validates_replies
 from ._synthetic import SyntheticJudge
-from ._systemone import SystemOneJudge
 from ._validation import InvalidResponse, validate_response
 from ._wire import (
     Answer,
@@ -36,6 +36,11 @@ from ._wire import (
     ScoreQuestion,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from ._chat import ChatJudge
+    from ._http import DEFAULT_MAX_REPLY_BYTES, RetryPolicy, check_base_url
+    from ._systemone import SystemOneJudge
 
 __all__ = [
     "DEFAULT_MAX_REPLY_BYTES",
@@ -59,8 +64,29 @@ __all__ = [
     "SystemOneJudge",
     "Usage",
     "check_async_judge",
+    "check_base_url",
     "remaining_s",
     "use_deadline",
     "validate_response",
     "validates_replies",
 ]
+
+# The HTTP judges (httpx, aiohttp) load on first use: the engine imports this package for the
+# wire types and protocols only, and must stay importable without an HTTP client.
+_LAZY = {
+    "ChatJudge": "._chat",
+    "DEFAULT_MAX_REPLY_BYTES": "._http",
+    "RetryPolicy": "._http",
+    "SystemOneJudge": "._systemone",
+    "check_base_url": "._http",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A lazily exported name (:data:`_LAZY`), imported and kept on first access."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

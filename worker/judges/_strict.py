@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from worker._json import JsonValue, thaw
+from worker.canonical_json import JsonValue, thaw
 
 from ._wire import Usage
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from worker._json import key_json, utf16_units
+from worker.canonical_json import key_json, utf16_units
 
 from ._strict import content_text
 from ._wire import (

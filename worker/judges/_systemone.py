@@ -13,7 +13,7 @@ from typing import Self
 
 import httpx
 
-from worker._json import compact_json
+from worker.canonical_json import compact_json
 
 from ._errors import InvalidReply
 from ._http import DEFAULT_MAX_REPLY_BYTES, JsonEndpoint, RetryPolicy, check_api_key, check_base_url

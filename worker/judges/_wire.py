@@ -23,8 +23,8 @@ from pydantic import (
     field_validator,
 )
 
-from worker._json import FrozenJson, JsonValue, frozen_json, key_json
 from worker._models import assemble
+from worker.canonical_json import FrozenJson, JsonValue, frozen_json, key_json
 
 __all__ = [
     "Answer",
@@ -160,7 +160,7 @@ Question: TypeAlias = Annotated[
 
 def FrozenJsonDump(value: JsonValue) -> Any:  # noqa: N802 - mirrors the FrozenJson type it undoes
     """Plain JSON copy of a frozen value (used by custom serializers)."""
-    from worker._json import thaw  # noqa: PLC0415 - tiny helper, avoids a name clash above
+    from worker.canonical_json import thaw  # noqa: PLC0415 - tiny helper, avoids a name clash above
 
     return thaw(value)
 

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from worker._json import FrozenJson
+from worker.canonical_json import FrozenJson
 
 from ._backends import Row, Tx
 from ._errors import PermanentStoreError

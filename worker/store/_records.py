@@ -26,8 +26,8 @@ from pydantic import (
     model_validator,
 )
 
-from worker._json import FrozenJson, canonical_json, thaw
 from worker._models import assemble
+from worker.canonical_json import FrozenJson, canonical_json, thaw
 
 __all__ = [
     "Checkpoint",

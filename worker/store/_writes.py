@@ -11,7 +11,7 @@ import hashlib
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from worker._json import canonical_json, frozen_json, key_json
+from worker.canonical_json import canonical_json, frozen_json, key_json
 
 from ._backends import Tx
 from ._errors import PermanentStoreError

@@ -7,6 +7,9 @@ hashes all go through :func:`canonical_json`.
 :func:`freeze` gives exactly what a JSON round trip (``json.loads(json.dumps(v))``) would,
 frozen, but walks the value once instead of printing and parsing it: it was the largest single
 cost of a worker (measured: ~30% of the CPU per snapshot went to round trips).
+
+A public module of its own, light (orjson and pydantic only): the producer's contract hashes
+snapshots with the very text the worker compares with, so both sides import it.
 """
 
 from __future__ import annotations
