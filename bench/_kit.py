@@ -20,7 +20,10 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,6 +48,7 @@ __all__ = [
     "SMALL_TRACE",
     "Bench",
     "Drain",
+    "JudgeQueueProbe",
     "RecordStore",
     "Row",
     "Worker",
@@ -126,6 +130,55 @@ def wait_for(
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(poll_s)
     return time.monotonic() - started
+
+
+class JudgeQueueProbe:
+    """The stand-in judge's own queueing while a figure runs: a request every ``every_s`` that it
+    answers without its latency (a wrong key: 401 at once), timed round trip.
+
+    A closed-loop backfill keeps ``--concurrency`` requests at the stand-in, so on a small
+    machine the stand-in itself queues them (Little's law: in flight / its throughput); a live
+    request waits in the same queue. Printed beside a latency figure, it separates what the
+    stand-in added from what evalq did.
+    """
+
+    def __init__(self, base_url: str, every_s: float = 0.05) -> None:
+        self._url = base_url.rstrip("/") + "/v1/systemone"
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self.round_trips_ms: list[float] = []
+        self._thread = threading.Thread(target=self._run, name="judge-probe", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(15.0)
+
+    def _run(self) -> None:
+        headers = {"Authorization": "Bearer not-the-key"}
+        while not self._stop.wait(self._every_s):
+            started = time.monotonic()
+            request = urllib.request.Request(self._url, data=b"{}", headers=headers)
+            try:
+                urllib.request.urlopen(request, timeout=10).close()
+            except urllib.error.HTTPError:
+                pass  # the 401 is the answer
+            except OSError:
+                continue  # no answer: nothing to time
+            self.round_trips_ms.append((time.monotonic() - started) * 1000)
+
+    def note(self) -> str:
+        """``stand-in judge queueing P50 x ms, P95 y ms (n pings)`` or that none answered."""
+        if not self.round_trips_ms:
+            return "stand-in judge queueing: no ping answered"
+        values = self.round_trips_ms
+        return (
+            f"stand-in judge queueing P50 {percentile(values, 0.5):.0f} ms, "
+            f"P95 {percentile(values, 0.95):.0f} ms ({len(values)} pings)"
+        )
 
 
 def percentile(values: Sequence[float], q: float) -> float:

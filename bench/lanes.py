@@ -53,6 +53,7 @@ from bench._kit import (
     REPO,
     Bench,
     Drain,
+    JudgeQueueProbe,
     RecordStore,
     Row,
     Worker,
@@ -278,7 +279,8 @@ class Lanes:
             records = RecordStore(url)
             try:
                 wait_for(lambda: _alive(worker) and records.count() > 0, 60, "backfill records")
-                sent, still_queued = self._submit_live(records, worker, tag)
+                with JudgeQueueProbe(self.judges[SHORT_LATENCY_MS]) as judge_queue:
+                    sent, still_queued = self._submit_live(records, worker, tag)
                 wait_for(
                     lambda: _alive(worker) and len(records.created(f"{tag}-live-")) >= len(sent),
                     60,
@@ -293,7 +295,8 @@ class Lanes:
         note = (
             f"{len(latencies_ms)} live at {LIVE_RATE_PER_S:.0f}/s (Producer.submit), "
             f"P50 {percentile(latencies_ms, 0.5):.0f} ms, max {max(latencies_ms):.0f} ms; "
-            f"{count} backfill snapshots, messages still queued at the end: {still_queued}"
+            f"{count} backfill snapshots, messages still queued at the end: {still_queued}; "
+            f"{judge_queue.note()}"
         )
         return p95, note, p95 <= SHORT_LATENCY_MS + P95_SLACK_MS and still_queued > 0
 
