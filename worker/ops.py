@@ -35,8 +35,8 @@ from producer.snapshot import MAX_ITEM_BYTES, SamplingTally, WindowViolation
 from worker.app import create_app
 from worker.broker import broker_transport_options
 from worker.embedded import RedisServer
-from worker.metric_sets import METRIC_SETS, build_metric_set
-from worker.runtime import judge_identity
+from worker.metric_sets import METRIC_SETS
+from worker.runtime import configured_metric_set
 from worker.settings import ConfigError, Settings
 from worker.store import DeadLetter, Store, StoreError, failure_line, open_store
 from worker.supervisor import Supervisor
@@ -411,6 +411,8 @@ def _worker_env(settings: Settings, broker_url: str) -> dict[str, str]:
     env = dict(os.environ)
     env["EVALQ_BROKER_URL"] = broker_url
     env["EVALQ_STORE_URL"] = settings.store_url
+    if settings.config is not None:  # `evalq run --config FILE`: the worker reads it too
+        env["EVALQ_CONFIG"] = str(settings.config.resolve())
     return env
 
 
@@ -445,12 +447,7 @@ def run_pipeline(
     """``evalq run FILE``: the whole pipeline on this machine, through the real queue."""
     workdir = Path(tempfile.mkdtemp(prefix="evalq-run-"))
     store = open_store(settings.store_url)
-    metric_set = build_metric_set(
-        settings.metric_set,
-        thresholds=settings.effective_thresholds,
-        judge=judge_identity(settings),
-        limits=settings.limits,
-    )
+    metric_set = configured_metric_set(settings, settings.metric_set)
     with ExitStack() as stack:
         stack.callback(store.close)
         broker_url = stack.enter_context(_broker(settings, workdir))

@@ -57,6 +57,7 @@ __all__ = [
     "SWITCH_INTERVAL_S",
     "Outcome",
     "Runtime",
+    "configured_metric_set",
     "current",
     "install",
     "judge_identity",
@@ -90,6 +91,21 @@ def judge_identity(settings: Settings) -> str:
     if settings.judge is JudgeKind.SYSTEMONE:
         return f"systemone:{settings.judge_model or _SYSTEMONE_DEFAULT_MODEL}"
     return f"chat:{settings.judge_model}"
+
+
+def configured_metric_set(settings: Settings, name: str) -> MetricSet:
+    """Metric set ``name`` as ``settings`` resolve it: metrics, thresholds, judge, version.
+
+    The one place a worker and ``evalq run`` derive the metric-set version results carry.
+    """
+    return build_metric_set(
+        name,
+        thresholds=settings.effective_thresholds,
+        judge=judge_identity(settings),
+        limits=settings.limits,
+        metrics=settings.metrics,
+        config_version=settings.version,
+    )
 
 
 def _build_judge(settings: Settings) -> Judge:
@@ -217,12 +233,7 @@ class Runtime:
         with self._lock:
             found = self._metric_sets.get(name)
             if found is None:
-                resolved = build_metric_set(
-                    name,
-                    thresholds=self.settings.effective_thresholds,
-                    judge=self.judge_name,
-                    limits=self.limits,
-                )
+                resolved = configured_metric_set(self.settings, name)
                 found = (resolved, Evaluator(self.judge, resolved.metrics, self.limits))
                 metrics.allow_metric_ids(resolved.metric_ids)
                 self._metric_sets[name] = found

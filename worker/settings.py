@@ -1,8 +1,12 @@
-"""One configuration object per process: :class:`Settings`, read from ``EVALQ_*`` variables.
+"""One configuration object per process: :class:`Settings`, from ``EVALQ_*`` variables and a file.
 
-Every CLI flag has an environment twin (the flag wins). Invalid configuration fails at start with
-:class:`ConfigError`, whose message names the variable (``EVALQ_THRESHOLDS: ...``) and never echoes
-the offending value (it could be a key).
+Sources, the later winning: defaults, the evaluation file's ``[evaluation]`` table
+(``EVALQ_CONFIG=path`` or ``--config``; :mod:`worker.config_file`), ``EVALQ_*`` variables, CLI
+flags. :attr:`Settings.evaluation` is the validated, frozen :class:`EvaluationConfig` the worker
+and the observer share (``observe(..., mode=config.mode)``). Invalid configuration fails at start
+with :class:`ConfigError`, which names every problem (``EVALQ_THRESHOLDS: ...``), never echoing a
+value (it could be a key). An ``EVALQ_*`` variable this version does not know fails too, naming
+the closest known one (a typo must not start a worker that does something else than asked).
 
 Sizing that the broker depends on lives here too, so producers, workers and ``evalq run`` compute
 the same numbers from the same inputs (``longest_task_s`` → ``visibility_timeout_s``).
@@ -10,29 +14,51 @@ the same numbers from the same inputs (``longest_task_s`` → ``visibility_timeo
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import re
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from producer.topology import LANE_QUEUES, Lane
+from worker.config_file import read_config_file
 from worker.evaluation import Limits, Thresholds, check_id
 from worker.judges import check_base_url
+from worker.metric_sets import metric_names
 
 __all__ = [
     "BACKSTOP_MARGIN_S",
+    "COMMAND_VARIABLES",
     "DEMO_THRESHOLDS",
     "ENV_PREFIX",
+    "INTERNAL_VARIABLES",
+    "MAX_BUDGET_S",
     "PREFETCH_MULTIPLIER",
     "REMOVED",
+    "TEST_PREFIX",
     "ConfigError",
+    "EvaluationConfig",
     "JudgeKind",
     "Settings",
+    "is_known_variable",
+    "known_variables",
     "load_settings",
 ]
 
@@ -48,8 +74,18 @@ _BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp", "sentinel")
 _STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
+MAX_BUDGET_S = 30.0
+"""Longest budget a snapshot may have: a live verdict later than this is no longer live."""
+MODES = ("off", "shadow")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
 class ConfigError(ValueError):
-    """Invalid configuration; the message starts with the name of the variable."""
+    """Invalid configuration: every problem, each starting with the variable or key it names."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 class JudgeKind(StrEnum):
@@ -86,6 +122,94 @@ def _scheme(url: str) -> str:
     return urlsplit(url).scheme.lower()
 
 
+def _checked_mode(value: Any) -> Any:
+    """``off``/``shadow`` in any case; ``enforce`` is refused with the reason."""
+    if not isinstance(value, str):
+        return value
+    mode = value.strip().lower()
+    if mode == "enforce":
+        raise ValueError(
+            "enforce is refused: an evaluation after the fact cannot block an agent's action; "
+            "use shadow"
+        )
+    if mode not in MODES:
+        raise ValueError(f"expected {' or '.join(MODES)}")
+    return mode
+
+
+def _parse_thresholds(value: Any) -> Any:
+    value = _comma_list(value)
+    if value is not None and (isinstance(value, str) or len(value) != 2):
+        raise ValueError("expected two numbers 'fail,pass', e.g. '0.2,0.8'")
+    return value
+
+
+def _check_thresholds(value: tuple[float, float] | None) -> tuple[float, float] | None:
+    if value is not None:
+        Thresholds(value[0], value[1])  # its own rule: 0 <= fail < pass <= 1
+    return value
+
+
+def _check_metrics(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    known = metric_names()
+    for name in value:
+        if name not in known:
+            raise ValueError(f"unknown metric {name!r}{_suggestion(name, known)}")
+    if len(set(value)) != len(value):
+        twice = next(name for name in value if value.count(name) > 1)
+        raise ValueError(f"duplicate metric {twice!r}")
+    if not value:
+        raise ValueError("at least one metric (omit the key for the seven agent metrics)")
+    return value
+
+
+def _check_version(value: str | None) -> str | None:
+    if value is not None and _VERSION.fullmatch(value) is None:
+        raise ValueError("expected 1-64 letters, digits, '.', '_' or '-' (e.g. orders-v1)")
+    return value
+
+
+def _suggestion(name: str, known: Any) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+Mode = Annotated[Literal["off", "shadow"], BeforeValidator(_checked_mode)]
+BudgetS = Annotated[float, Field(gt=0, le=MAX_BUDGET_S)]
+MaxQuestions = Annotated[int, Field(ge=1, le=512)]
+MaxStateChars = Annotated[int, Field(ge=1, le=1_000_000)]
+ThresholdPair = Annotated[
+    tuple[float, float] | None,
+    NoDecode,
+    BeforeValidator(_parse_thresholds),
+    AfterValidator(_check_thresholds),
+]
+MetricList = Annotated[
+    tuple[str, ...] | None, NoDecode, BeforeValidator(_comma_list), AfterValidator(_check_metrics)
+]
+ConfigVersion = Annotated[str | None, AfterValidator(_check_version)]
+
+
+class EvaluationConfig(BaseModel):
+    """The ``[evaluation]`` table, validated and frozen: what is evaluated, and how.
+
+    ``metrics`` None means the seven agent metrics (``trajectory_match`` is opt-in);
+    ``thresholds`` None means the demo pair, allowed with the synthetic judge only.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = "off"
+    version: ConfigVersion = None
+    budget_s: BudgetS = 3.0
+    thresholds: ThresholdPair = None
+    max_questions: MaxQuestions = 128
+    max_state_chars: MaxStateChars = 100_000
+    metrics: MetricList = None
+
+
 class Settings(BaseSettings):
     """Everything a worker, producer or ``evalq run`` needs, from ``EVALQ_*`` variables."""
 
@@ -93,6 +217,7 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, frozen=True, extra="forbid", populate_by_name=True
     )
 
+    config: Path | None = None
     broker_url: str | None = None
     store_url: str = "sqlite:///evalq.db"
     judge: JudgeKind = JudgeKind.SYNTHETIC
@@ -100,10 +225,13 @@ class Settings(BaseSettings):
     judge_model: str | None = None
     judge_api_key: SecretStr | None = None
     typesafe_api_key: SecretStr | None = Field(default=None, validation_alias="TYPESAFE_API_KEY")
-    budget_s: float = Field(default=3.0, gt=0, le=300)
-    thresholds: Annotated[tuple[float, ...] | None, NoDecode] = None
-    max_questions: int = Field(default=128, ge=1, le=512)
-    max_state_chars: int = Field(default=100_000, ge=1, le=1_000_000)
+    mode: Mode = "off"
+    version: ConfigVersion = None
+    budget_s: BudgetS = 3.0
+    thresholds: ThresholdPair = None
+    max_questions: MaxQuestions = 128
+    max_state_chars: MaxStateChars = 100_000
+    metrics: MetricList = None
     metric_set: str = "agent"
     outcome_criteria: Annotated[tuple[str, ...], NoDecode] = ()
     lanes: Annotated[tuple[Lane, ...], NoDecode] = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
@@ -117,25 +245,10 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"
 
-    @field_validator("thresholds", mode="before")
-    @classmethod
-    def _parse_thresholds(cls, value: Any) -> Any:
-        value = _comma_list(value)
-        if value is not None and len(value) != 2:
-            raise ValueError("expected two numbers 'fail,pass', e.g. '0.2,0.8'")
-        return value
-
     @field_validator("outcome_criteria", "lanes", mode="before")
     @classmethod
     def _parse_list(cls, value: Any) -> Any:
         return _comma_list(value)
-
-    @field_validator("thresholds")
-    @classmethod
-    def _check_thresholds(cls, value: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        if value is not None:
-            Thresholds(value[0], value[1])
-        return value
 
     @field_validator("outcome_criteria")
     @classmethod
@@ -214,6 +327,13 @@ class Settings(BaseSettings):
         return self
 
     # -- derived values -------------------------------------------------------------------------
+
+    @property
+    def evaluation(self) -> EvaluationConfig:
+        """The evaluation configuration (validated already, as these fields are)."""
+        return EvaluationConfig.model_validate(
+            {name: getattr(self, name) for name in EvaluationConfig.model_fields}
+        )
 
     @property
     def api_key(self) -> SecretStr | None:
@@ -308,31 +428,137 @@ def _env_name(loc: tuple[int | str, ...]) -> str:
     return ENV_PREFIX + field.upper()
 
 
-def _describe(error: Any) -> str:
+def _describe(error: Any, from_file: Mapping[str, Any], path: Path | None) -> str:
+    """One problem, named by where its value came from: the file's key or the variable."""
     ctx = error.get("ctx") or {}
     cause = ctx.get("error")
     if isinstance(cause, _FieldRuleError):
         return f"{ENV_PREFIX}{cause.field.upper()}: {cause}"
     message = str(cause) if cause is not None else error["msg"]
-    return f"{_env_name(tuple(error['loc']))}: {message}"
+    loc = tuple(error["loc"])
+    if loc and loc[0] in from_file:
+        return f"{path} [evaluation] {loc[0]}: {message}"
+    return f"{_env_name(loc)}: {message}"
+
+
+# -- the EVALQ_* names this version knows (defined here once; tests/test_variables.py checks
+#    that every name the source, tests, bench, ops and README mention is one of them) ----------
+
+COMMAND_VARIABLES = frozenset(
+    {
+        "EVALQ_WORKER_HOSTNAME",
+        "EVALQ_FORMAT",
+        "EVALQ_UNIT",
+        "EVALQ_ENQUEUE_LANE",
+        "EVALQ_BACKFILL_BATCH_SIZE",
+        "EVALQ_BACKFILL_MAX_DEPTH",
+        "EVALQ_BACKFILL_RATE",
+        "EVALQ_BACKFILL_RESUME",
+        "EVALQ_BACKFILL_ID",
+        "EVALQ_OUTCOME_FILE",
+        "EVALQ_REDRIVE_REASON",
+        "EVALQ_REPORT_JSON",
+        "EVALQ_REPORT_HTML",
+        "EVALQ_REPORT_SINCE",
+        "EVALQ_REPORT_UNTIL",
+        "EVALQ_REPORT_BACKFILL",
+        "EVALQ_REPORT_METRICS",
+        "EVALQ_REPORT_METRIC_SET",
+        "EVALQ_REPORT_METRIC_SET_VERSION",
+        "EVALQ_REPORT_AGENT_VERSION",
+        "EVALQ_REPORT_TOOL",
+        "EVALQ_REPORT_ENVIRONMENT",
+        "EVALQ_REPORT_SCENARIO_BY",
+        "EVALQ_REPORT_SLICE_BY",
+        "EVALQ_STATUS_JSON",
+        "EVALQ_STATUS_WINDOW_S",
+        "EVALQ_STATUS_STALE_AFTER_S",
+        "EVALQ_STATUS_INSPECT_TIMEOUT_S",
+        "EVALQ_STATUS_MAX_DEPTH",
+        "EVALQ_STATUS_MAX_OLDEST_AGE_S",
+        "EVALQ_STATUS_MAX_DEAD_LETTERS",
+        "EVALQ_STATUS_MIN_WORKERS",
+        "EVALQ_STATUS_MIN_RECENT_5M",
+        "EVALQ_RUN_TIMEOUT_S",
+        "EVALQ_RUN_WORKER",
+        "EVALQ_PURGE_CONTENT_BEFORE",
+    }
+)
+"""Environment twins of command-only CLI flags (``envvar=`` of the commands; a test compares)."""
+INTERNAL_VARIABLES = frozenset({"EVALQ_SUPERVISOR_PID", "EVALQ_AUDIT_REQUIRED"})
+"""Set by evalq itself (a supervisor for its children) or read by the CI scripts (``.ci/``)."""
+TEST_PREFIX = "EVALQ_TEST_"
+"""Reserved for the test suite and benchmarks (``EVALQ_TEST_POSTGRES_URL``, ``EVALQ_TEST_SOAK``)."""
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``EVALQ_*`` name this version reads: settings, command flags' twins, internal ones."""
+    fields = {
+        ENV_PREFIX + name.upper() for name in Settings.model_fields if name != "typesafe_api_key"
+    }
+    return frozenset(fields | COMMAND_VARIABLES | INTERNAL_VARIABLES)
+
+
+def is_known_variable(name: str) -> bool:
+    """Whether ``name`` is read by this version (or reserved for tests); REMOVED ones are not."""
+    return name.startswith(TEST_PREFIX) or name in known_variables()
+
+
+def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """Each ``EVALQ_*`` variable nobody reads, with the closest known name."""
+    known = known_variables()
+    found = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if upper.startswith(ENV_PREFIX) and upper not in REMOVED and not is_known_variable(upper):
+            found.append(f"{name}: unknown variable{_suggestion(upper, known)}")
+    return found
+
+
+def _removed_variables(environ: Mapping[str, str]) -> list[str]:
+    """A variable this version no longer reads fails the start, saying what replaced it."""
+    return [f"{name}: removed; {why}" for name, why in REMOVED.items() if name in environ]
+
+
+def _config_path(given: Mapping[str, Any], environ: Mapping[str, str]) -> Path | None:
+    chosen = given.get("config") or environ.get(ENV_PREFIX + "CONFIG")
+    return Path(chosen) if chosen else None
+
+
+def _file_values(
+    path: Path | None, given: Mapping[str, Any], environ: Mapping[str, str], problems: list[str]
+) -> dict[str, Any]:
+    """The file's values that neither a flag nor a variable overrides (the later source wins)."""
+    if path is None:
+        return {}
+    values, found = read_config_file(path, tuple(EvaluationConfig.model_fields))
+    problems.extend(found)
+    set_in_env = {name.upper() for name in environ}
+    return {
+        key: value
+        for key, value in values.items()
+        if key not in given and ENV_PREFIX + key.upper() not in set_in_env
+    }
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build :class:`Settings` from the environment plus explicit overrides (CLI flags win).
+    """Build :class:`Settings` from the file, the environment and explicit overrides (CLI flags).
 
-    ``None`` overrides are ignored, so a CLI can pass every flag through unchanged.
+    ``None`` overrides are ignored, so a CLI can pass every flag through unchanged. Every problem
+    found (removed or unknown variables, the file's keys, invalid values) is in the one
+    :class:`ConfigError`.
     """
     given = {key: value for key, value in overrides.items() if value is not None}
-    _refuse_removed(os.environ)
+    environ = os.environ
+    problems = [*_removed_variables(environ), *_unknown_variables(environ)]
+    path = _config_path(given, environ)
+    from_file = _file_values(path, given, environ, problems)
+    settings = None
     try:
-        return Settings(**given)
+        settings = Settings(**from_file, **given)
     except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors(include_input=False))
-        raise ConfigError(problems) from None
-
-
-def _refuse_removed(environ: Mapping[str, str]) -> None:
-    """A variable this version no longer reads fails the start, saying what replaced it."""
-    found = [f"{name}: removed; {why}" for name, why in REMOVED.items() if name in environ]
-    if found:
-        raise ConfigError("; ".join(found))
+        errors = exc.errors(include_input=False)
+        problems.extend(_describe(error, from_file, path) for error in errors)
+    if problems or settings is None:
+        raise ConfigError(*problems)
+    return settings

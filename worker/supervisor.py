@@ -99,6 +99,8 @@ class Supervisor:
             EVALQ_LOG_LEVEL=self.settings.log_level,
             **{PARENT_ENV: str(os.getpid())},
         )
+        if self.settings.config is not None:  # `evalq worker --config FILE`
+            env["EVALQ_CONFIG"] = str(self.settings.config.resolve())
         return env
 
     def _node(self, index: int) -> str:
