@@ -42,7 +42,7 @@ from worker.embedded import RedisServer
 __all__ = [
     "API_KEY",
     "BASE_TRACE",
-    "EVALQ_COMMAND",
+    "CLI_COMMAND",
     "NOOP_TASK",
     "REPO",
     "SMALL_TRACE",
@@ -573,7 +573,7 @@ def wait_recorded(path: Path, count: int, timeout_s: float, worker: Worker | Non
 
 # --- user-facing commands (bench/lanes.py) ----------------------------------------------------
 
-EVALQ_COMMAND = Path(sys.executable).with_name("evalq")
+CLI_COMMAND = Path(sys.executable).with_name("evalq")
 """The ``evalq`` console script of the running virtualenv: figures start what a user starts."""
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from bench._kit import (
     API_KEY,
-    EVALQ_COMMAND,
+    CLI_COMMAND,
     REPO,
     Bench,
     Drain,
@@ -187,8 +187,8 @@ class Lanes:
     """The services of one run (Redis, stand-in judges at 0, 100 and 1000 ms) and its drains."""
 
     def __init__(self, bench: Bench, sizes: Sizes) -> None:
-        if not EVALQ_COMMAND.exists():
-            raise RuntimeError(f"{EVALQ_COMMAND} is missing: pip install -e . in this virtualenv")
+        if not CLI_COMMAND.exists():
+            raise RuntimeError(f"{CLI_COMMAND} is missing: pip install -e . in this virtualenv")
         self.bench = bench
         self.sizes = sizes
         self.judges = {
@@ -235,11 +235,11 @@ class Lanes:
             traces = write_traces(self.bench.directory / f"{tag}.jsonl", count, tag)
             env = deployment_env(self.bench.broker_url, url, self.judges[latency_ms])
             if lane is Lane.LIVE:
-                fill = [str(EVALQ_COMMAND), "enqueue", str(traces), "--lane", "live"]
+                fill = [str(CLI_COMMAND), "enqueue", str(traces), "--lane", "live"]
             else:
-                fill = [str(EVALQ_COMMAND), "backfill", str(traces)]
+                fill = [str(CLI_COMMAND), "backfill", str(traces)]
             fill_s = self._command(fill, env, tag, timeout_s=60 + count / 200)
-            argv = [str(EVALQ_COMMAND), "worker", "--lanes", lane.value]
+            argv = [str(CLI_COMMAND), "worker", "--lanes", lane.value]
             argv += ["--concurrency", str(concurrency)]
             worker = self.bench.process(argv, env, tag)
             records = RecordStore(url)
@@ -273,8 +273,8 @@ class Lanes:
         with self.store(kind, tag) as url:
             traces = write_traces(self.bench.directory / f"{tag}.jsonl", count, f"{tag}-bf")
             env = deployment_env(self.bench.broker_url, url, self.judges[SHORT_LATENCY_MS])
-            self._command([str(EVALQ_COMMAND), "backfill", str(traces)], env, tag, 60 + count / 200)
-            argv = [str(EVALQ_COMMAND), "worker", "--lanes", "live,backfill"]
+            self._command([str(CLI_COMMAND), "backfill", str(traces)], env, tag, 60 + count / 200)
+            argv = [str(CLI_COMMAND), "worker", "--lanes", "live,backfill"]
             worker = self.bench.process(argv, env, tag)
             records = RecordStore(url)
             try:

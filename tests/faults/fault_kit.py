@@ -14,7 +14,7 @@ the records themselves:
   deliveries that found their evaluation already recorded (as counted by the workers still
   alive): the evidence that the fault really hit work in flight.
 
-``EVALQ_SOAK=1`` scales the scenarios up to the issue's soak figures (10k snapshots, 30 s
+``EVALQ_TEST_SOAK=1`` scales the scenarios up to the issue's soak figures (10k snapshots, 30 s
 database outage); CI runs the same code at a size that keeps the suite within its time limit.
 """
 
@@ -61,7 +61,7 @@ __all__ = [
     "wait_stable",
 ]
 
-SOAK = os.environ.get("EVALQ_SOAK", "") == "1"
+SOAK = os.environ.get("EVALQ_TEST_SOAK", "") == "1"
 """Run the long variants (10k snapshots, 30 s outage) instead of the CI-sized ones."""
 
 ROWS: list[Counts] = []

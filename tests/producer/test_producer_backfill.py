@@ -282,9 +282,11 @@ def test_store_without_backfill_counts_gives_no_reader(store: Store) -> None:
     assert reader("bf-x") == (3, 1)
 
 
-# The figure is 10k vs 100k lines: EVALQ_MEMORY_LINES=10000,100000 (about 1 minute);
+# The figure is 10k vs 100k lines: EVALQ_TEST_MEMORY_LINES=10000,100000 (about 1 minute);
 # CI runs 2k vs 20k, which catches a leak of ~100 bytes per snapshot just as well.
-MEMORY_LINES = tuple(int(n) for n in os.environ.get("EVALQ_MEMORY_LINES", "2000,20000").split(","))
+MEMORY_LINES = tuple(
+    int(n) for n in os.environ.get("EVALQ_TEST_MEMORY_LINES", "2000,20000").split(",")
+)
 
 
 def test_memory_stays_flat_as_the_input_grows_tenfold(

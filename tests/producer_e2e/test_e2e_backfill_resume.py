@@ -1,9 +1,9 @@
 """`evalq backfill` killed half-way (SIGKILL) and resumed: every line evaluated exactly once.
 
-The issue's figure is 100 000 lines; CI runs ``EVALQ_E2E_LINES`` (default 3 000) so the test stays
-well under a minute on two cores. The full-size run is the same test::
+The issue's figure is 100 000 lines; CI runs ``EVALQ_TEST_E2E_LINES`` (default 3 000) so the test
+stays well under a minute on two cores. The full-size run is the same test::
 
-    EVALQ_E2E_LINES=100000 EVALQ_E2E_TIMEOUT_S=900 .venv/bin/python -m pytest -q \\
+    EVALQ_TEST_E2E_LINES=100000 EVALQ_TEST_E2E_TIMEOUT_S=900 .venv/bin/python -m pytest -q \\
         --timeout 1800 tests/producer_e2e/test_e2e_backfill_resume.py
 
 (about 6 minutes on two cores: kill at 50 000, resume, 100 000 evaluations, then 100 000 re-sent
@@ -34,8 +34,8 @@ from worker.store import Store
 
 pytestmark = pytest.mark.services
 
-LINES = int(os.environ.get("EVALQ_E2E_LINES", "3000"))
-TIMEOUT_S = float(os.environ.get("EVALQ_E2E_TIMEOUT_S", "90"))
+LINES = int(os.environ.get("EVALQ_TEST_E2E_LINES", "3000"))
+TIMEOUT_S = float(os.environ.get("EVALQ_TEST_E2E_TIMEOUT_S", "90"))
 BACKFILL_ID = "e2e-resume"
 BATCH = 100  # snapshots per checkpoint: at most this many are re-sent after a kill
 PER_MESSAGE = "50"  # EVALQ_BATCH_SIZE: snapshots per queue message

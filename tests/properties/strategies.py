@@ -26,8 +26,8 @@ __all__ = [
 
 
 def examples(count: int) -> int:
-    """``count`` scaled by ``EVALQ_PROPERTY_SCALE`` (default 1): CI stays fast, a hunt goes deep."""
-    return count * max(1, int(os.environ.get("EVALQ_PROPERTY_SCALE", "1")))
+    """``count`` scaled by ``EVALQ_TEST_PROPERTY_SCALE`` (default 1): CI fast, a hunt deep."""
+    return count * max(1, int(os.environ.get("EVALQ_TEST_PROPERTY_SCALE", "1")))
 
 
 nasty_text = st.one_of(

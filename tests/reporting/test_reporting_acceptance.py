@@ -507,7 +507,7 @@ def test_html_report_renders_in_headless_chromium(filled: Filled, tmp_path: Path
         assert "SYNTHETIC JUDGE" in banner
         shot = tmp_path / "report.png"
         width, height = browser.screenshot(shot)
-        if os.environ.get("EVALQ_UPDATE_SCREENSHOT") == "1":
+        if os.environ.get("EVALQ_TEST_UPDATE_SCREENSHOT") == "1":
             # The committed screenshot (README): the header, figures and every plot.
             plots_end = browser.evaluate(
                 "Math.ceil(document.getElementById('plots').getBoundingClientRect().bottom"
