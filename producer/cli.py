@@ -47,6 +47,12 @@ ConcurrencyOpt = Annotated[
         "--concurrency", help="Evaluations in flight, all processes [env: EVALQ_CONCURRENCY]"
     ),
 ]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", dir_okay=False, help="Evaluation configuration (TOML) [env: EVALQ_CONFIG]"
+    ),
+]
 
 
 def _settings(**overrides: Any) -> Any:
@@ -150,13 +156,14 @@ def worker(
         str | None,
         typer.Option("--hostname", envvar="EVALQ_WORKER_HOSTNAME", help="Celery node name"),
     ] = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Run a worker (one consumer process per core); with no flags it consumes every lane."""
     from worker.ops import run_worker  # noqa: PLC0415 - fast --help
     from worker.settings import ConfigError  # noqa: PLC0415
 
     settings = _settings(
-        lanes=lanes, concurrency=concurrency, processes=processes, log_level=loglevel
+        lanes=lanes, concurrency=concurrency, processes=processes, log_level=loglevel, config=config
     )
     _broker(settings)
     try:
@@ -805,11 +812,12 @@ def run(
             help="Start a worker process (off: use running workers)",
         ),
     ] = True,
+    config: ConfigOpt = None,
 ) -> None:
     """The whole pipeline on this machine: embedded Redis (unless configured), a worker, FILE."""
     from worker.ops import run_pipeline  # noqa: PLC0415 - fast --help
 
-    settings = _settings()
+    settings = _settings(config=config)
     with _store(settings):  # fail fast, in one line, before starting Redis and a worker
         pass
     # SIGTERM unwinds like Ctrl-C, so the embedded Redis and the worker are stopped too.
@@ -848,6 +856,26 @@ def store_migrate() -> None:
     state = "created" if created else "already current"
     line = f"schema version {SCHEMA_VERSION} {state}: {where}"
     _out.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+config_app = typer.Typer(help="The evaluation configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command(
+    "check", epilog="Exit status: 0 valid (the effective configuration printed); 2 invalid."
+)
+def config_check(
+    file: Annotated[
+        Path | None, typer.Argument(dir_okay=False, help="TOML file (default: EVALQ_CONFIG)")
+    ] = None,
+) -> None:
+    """Validate FILE and the environment; print the effective configuration (secrets masked)."""
+    from worker.config_check import check_configuration  # noqa: PLC0415 - fast --help
+
+    text, status = check_configuration(file)
+    (_out if status == 0 else _err).print(text, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(status)
 
 
 @app.command()
