@@ -245,6 +245,11 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"
 
+    @field_validator("config", mode="before")
+    @classmethod
+    def _no_empty_path(cls, value: Any) -> Any:
+        return None if value == "" else value  # EVALQ_CONFIG= (set, empty): no file
+
     @field_validator("outcome_criteria", "lanes", mode="before")
     @classmethod
     def _parse_list(cls, value: Any) -> Any:

@@ -39,6 +39,11 @@ SETTINGS = (
     "VISIBILITY_TIMEOUT_S",
     "MAX_QUESTIONS",
     "METRICS_PORT",
+    "MODE",
+    "METRICS",
+    "VERSION",
+    "CONFIG",
+    "BUDGET",  # not a setting: refused at start (exit 2)
 )
 """Settings worth fuzzing from the environment (never the broker or store URLs: see module)."""
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
-from producer import Lane
-from producer.snapshot import EVALUATE_TASK
+from producer import Lane, observe
+from producer.snapshot import EVALUATE_TASK, Snapshot
+from tests.producer.fake_llm_server import openai_text, running
 from tests.queue.queue_kit import example_snapshots
 from worker import runtime
 from worker.config_check import check_configuration
@@ -328,3 +330,39 @@ def test_a_worker_with_a_metric_list_evaluates_only_those(workdir: Path) -> None
     assert stored is not None
     assert stored.record.metric_set_version.startswith("agent:v7@")
     assert [r.metric_id for r in stored.record.results] == ["grounded", "completeness"]
+
+
+class _ListSink:
+    """Collects what the observer submits."""
+
+    def __init__(self) -> None:
+        self.snapshots: list[Snapshot] = []
+
+    def submit(self, snapshot: Snapshot) -> bool:
+        self.snapshots.append(snapshot)
+        return True
+
+
+def _observed(config: EvaluationConfig) -> list[Snapshot]:
+    """One real OpenAI-SDK call under an observation configured from ``config``."""
+    sink = _ListSink()
+    with running() as llm:
+        llm.replies["/v1/chat/completions"].append(openai_text("Hello."))
+        client = openai.OpenAI(base_url=f"{llm.url}/v1", api_key="test-key", max_retries=0)
+        with observe(
+            sink,
+            trace_id="cfg-1",
+            sdk="openai",
+            mode=config.mode,
+            capture_limit_chars=config.max_state_chars,
+        ) as obs:
+            messages: Any = [{"role": "user", "content": "Hi?"}]
+            obs.call(client.chat.completions.create, model="m", messages=messages)
+    return sink.snapshots
+
+
+def test_the_observer_follows_the_files_mode(workdir: Path) -> None:
+    """The file's mode drives observe(): shadow submits the invocation, the default off does not."""
+    shadow = load_settings(config=_evaluation(workdir, mode='"SHADOW"')).evaluation
+    assert len(_observed(shadow)) == 1
+    assert _observed(load_settings().evaluation) == []
