@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,15 @@ def test_each_child_gets_the_flags_of_the_command_and_its_share() -> None:
     assert env["EVALQ_LOG_LEVEL"] == "WARNING"
     assert (env["EVALQ_PROCESSES"], env["EVALQ_CONCURRENCY"]) == ("1", "5")
     assert env[PARENT_ENV] == str(os.getpid())
+
+
+def test_each_child_reads_the_configuration_file_of_the_command(tmp_path: Path) -> None:
+    """`evalq worker --config FILE`: every child gets EVALQ_CONFIG, an absolute path."""
+    path = tmp_path / "evalq.toml"
+    path.write_text('[evaluation]\nmetrics = ["grounded"]\n', encoding="utf-8")
+    env = Supervisor(load_settings(config=path, processes=2))._env(5)
+    assert env["EVALQ_CONFIG"] == str(path.resolve())
+    assert Path(env["EVALQ_CONFIG"]).is_absolute()
 
 
 @pytest.mark.parametrize(
