@@ -315,7 +315,8 @@ class Settings(BaseSettings):
     def _judge_needs(self) -> Settings:
         if self.judge is not JudgeKind.SYNTHETIC and self.thresholds is None:
             raise _FieldRuleError(
-                "thresholds", "required for a non-synthetic judge (e.g. '0.2,0.8')"
+                "thresholds",
+                "required for a non-synthetic judge (e.g. '0.2,0.8', or [evaluation] thresholds)",
             )
         if self.judge is JudgeKind.SYSTEMONE and self.api_key is None:
             raise _FieldRuleError(
