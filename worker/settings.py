@@ -211,7 +211,8 @@ class EvaluationConfig(BaseModel):
 
 
 class Settings(BaseSettings):
-    """Everything a worker, producer or ``evalq run`` needs, from ``EVALQ_*`` variables."""
+    """Everything a worker, producer or ``evalq run`` needs, from ``EVALQ_*`` variables and the
+    evaluation file (build it with :func:`load_settings`, which reads the file)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, frozen=True, extra="forbid", populate_by_name=True
