@@ -27,12 +27,6 @@ DELIBERATE_TYPOS = frozenset(
 )
 """Names written on purpose as examples of what is refused (tests, the README)."""
 
-# TEMPORARY (issue 20): the test-only variables took the reserved EVALQ_TEST_ prefix; README.md
-# (edited by the lead only) still names them the old way until the lead merges the rename. The
-# test below fails on an entry that no longer excuses anything, so a stale one cannot stay.
-README_PENDING = frozenset({"EVALQ_E2E_LINES", "EVALQ_MEMORY_LINES", "EVALQ_SOAK"})
-
-
 def _files() -> Iterator[Path]:
     for folder in SCANNED:
         for path in sorted((ROOT / folder).rglob("*")):
@@ -89,9 +83,7 @@ def test_every_mentioned_variable_is_known() -> None:
     found = mentioned()
     assert len(found) > 40  # the scan did read the repository
     unknown = _unknown(found)
-    assert {name: where for name, where in unknown.items() if name not in README_PENDING} == {}
-    still_in_readme = {name for name in README_PENDING if "README.md" in unknown.get(name, ())}
-    assert sorted(README_PENDING - still_in_readme) == []  # a stale exemption fails too
+    assert unknown == {}
 
 
 def test_the_scan_sees_documented_and_test_only_names() -> None:
