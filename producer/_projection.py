@@ -4,11 +4,11 @@ It is given the snapshot's parts, not the snapshot: the contract module calls it
 import that module back.
 
 The in-window events become OpenAI chat-format messages, in order, and go through
-:meth:`Trace.from_frozen_parts`, so a snapshot is normalized by exactly the same §B rules as any
-other trace (:meth:`Trace.from_messages`). Tool-call events join the assistant message named by
-``parent_id`` (else the assistant message right before them, else a new assistant message with no
-text). Importer issue codes on events and on the snapshot are appended to the trace's issues,
-making it incomplete.
+:meth:`Trace.from_frozen_parts`, so a snapshot is normalized by exactly the same trace rules as any
+other trace (:meth:`Trace.from_messages`, docs/semantics.md §1). Tool-call events join the assistant
+message named by ``parent_id`` (else the assistant message right before them, else a new assistant
+message with no text). Importer issue codes on events and on the snapshot are appended to the
+trace's issues, making it incomplete.
 A ``tool_call`` unit's proposed call (outside the window) becomes the field ``proposed_call``
 (``{name, arguments}``), never a ``tool_calls`` entry, so no result can leak into it.
 

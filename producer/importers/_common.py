@@ -44,8 +44,8 @@ __all__ = [
     "utc_from_unix_s",
 ]
 
-# Importer issue codes (jev-semantics B.3 names where one exists): any of them makes the trace
-# INCOMPLETE, so the worker skips it instead of judging broken evidence.
+# Importer issue codes (the engine's names where one exists, docs/semantics.md §1): any of them
+# makes the trace INCOMPLETE, so the worker skips it instead of judging broken evidence.
 AMBIGUOUS_CALL_ID = "AMBIGUOUS_CALL_ID"  # a call without an id, or an id seen twice
 UNPAIRED_TOOL_RESULT = "UNPAIRED_TOOL_RESULT"  # a result whose call is absent or already paired
 UNSUPPORTED_TOOL_CONTENT = "UNSUPPORTED_TOOL_CONTENT"  # image/file/... parts in a tool result
@@ -314,7 +314,7 @@ class ParsedTrace:
 class EventBuilder:
     """Appends normalized events with deterministic ids ``f"{trace_id}:{n}"`` and pairs results.
 
-    Pairing is by call id only (trace-formats §7.1): a result whose id names no earlier call,
+    Pairing is by call id only (docs/trace-formats.md): a result whose id names no earlier call,
     or a call that already has a result, is kept but flagged ``UNPAIRED_TOOL_RESULT``; a call
     with no id, or an id seen before, is flagged ``AMBIGUOUS_CALL_ID``.
     """

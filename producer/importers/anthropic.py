@@ -1,11 +1,11 @@
-"""Anthropic Messages: a request (and optionally its response) per record (trace-formats §2).
+"""Anthropic Messages: a request (and optionally its response) per record (docs/trace-formats.md).
 
 Record: ``{"id"?, "system"?, "messages": [...], "tools"?: [...], ...extras}`` or a logged
 exchange ``{"request": {...}, "response": {...}, ...extras}``. Assistant ``text`` blocks form one
 assistant event, ``tool_use`` blocks its child calls (``input`` is already an object);
 ``tool_result`` blocks inside a *user* message are results paired by ``tool_use_id`` (never a
 new user turn); ``is_error`` results are results with ``status="error"``, not issues. Thinking
-blocks are skipped silently (jev-semantics B.3); server/MCP tool blocks and images are flagged.
+blocks are skipped silently (docs/semantics.md §1); server/MCP tool blocks and images are flagged.
 """
 
 from __future__ import annotations

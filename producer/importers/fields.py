@@ -1,4 +1,4 @@
-"""evalq's own fields JSON: ``{"id", "fields": {...}, "issues"?: [...]}`` (jev-semantics B.2).
+"""evalq's own fields JSON: ``{"id", "fields": {...}, "issues"?: [...]}`` (docs/semantics.md §1).
 
 The snapshot contract is event based, so the canonical fields are mapped back into events:
 

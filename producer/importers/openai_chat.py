@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions messages: one JSON object per trace (trace-formats §1.1).
+"""OpenAI Chat Completions messages: one JSON object per trace (docs/trace-formats.md).
 
 Record: ``{"id"?, "messages": [...], "tools"?: [...], "metadata"?, "labels"?, "contexts"?,
 "claims"?, "expected_tool_calls"?, "session_id"?}``. Roles ``system``/``developer``/``user``/

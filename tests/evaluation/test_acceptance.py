@@ -139,7 +139,7 @@ async def test_conflicting_state_makes_two_requests() -> None:
 
 @pytest.mark.asyncio
 async def test_first_second_third_example() -> None:
-    """§E.2: evidence A/B/A gives two requests, {first.q, third.q} on A and {second.q} on B."""
+    """Evidence A/B/A: two requests, {first.q, third.q} on A, {second.q} on B (semantics §6.1)."""
     judge = Recording()
     metrics = [
         Probe("first", state_value={"evidence": "A"}),

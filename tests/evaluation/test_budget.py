@@ -1,4 +1,4 @@
-"""One total budget, TIMEOUT bookkeeping and cancellation (jev-semantics §E.3, §J "Deadline").
+"""One total budget, TIMEOUT bookkeeping and cancellation (docs/semantics.md §6.2).
 
 Expiry is made certain with judges that block on an event that is never set; budgets are small
 and real, and time assertions only use upper bounds with a 50 ms margin.

@@ -1,4 +1,4 @@
-"""Evaluator construction, planning (§E.2), per-group outcomes (§E.3) and the Report (§C.3)."""
+"""Evaluator construction, planning, per-group outcomes and the Report (docs/semantics.md §6)."""
 
 from __future__ import annotations
 
@@ -465,7 +465,7 @@ def _negative_usage(request: JudgeRequest, _call: int) -> JudgeResponse:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("reply", [_drop_answer, _extra_answer, _out_of_range, _negative_usage])
 async def test_invalid_response_records_usage_first(reply: Any) -> None:
-    """A response failing §A.4 is INVALID_RESPONSE for all members, but its usage is kept."""
+    """A response failing validation is INVALID_RESPONSE for all members, but its usage is kept."""
     report = await _evaluator(Probe("a"), Probe("b"), judge=ScriptedJudge(reply=reply)).evaluate(
         make_trace()
     )
@@ -493,7 +493,7 @@ async def test_a_judge_that_validates_its_replies_is_not_checked_again() -> None
 @pytest.mark.asyncio
 @pytest.mark.parametrize("marker", [False, "yes", 1])
 async def test_only_a_true_marker_skips_validation(marker: object) -> None:
-    """Any validates_replies other than True leaves the §A.4 check on."""
+    """Any validates_replies other than True leaves response validation on."""
     judge = ScriptedJudge(reply=_negative_usage)
     judge.validates_replies = marker  # type: ignore[attr-defined]
     report = await _evaluator(Probe("a"), judge=judge).evaluate(make_trace())

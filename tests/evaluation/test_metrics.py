@@ -1,4 +1,4 @@
-"""The seven built-in agent metrics (jev-semantics §C.2, §D.1-§D.3)."""
+"""The seven built-in agent metrics (docs/semantics.md §3-§5)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def by_id(metric_id: str) -> Any:
 
 
 def test_agent_metrics_are_the_seven_in_contract_order() -> None:
-    """agent_metrics returns exactly the seven ids, in §D.1 order, all valid metric ids."""
+    """agent_metrics returns exactly the seven ids, in contract order, all valid metric ids."""
     metrics = agent_metrics(T)
     assert [m.id for m in metrics] == IDS
     assert all(check_id(m.id) == m.id for m in metrics)
@@ -179,7 +179,7 @@ QUESTION_TYPES: list[tuple[str, dict[str, type]]] = [
 
 @pytest.mark.parametrize(("metric_id", "types"), QUESTION_TYPES)
 def test_question_ids_and_types(metric_id: str, types: dict[str, type]) -> None:
-    """Local question ids and types follow §D.2 exactly (so requests compare across ports)."""
+    """Local question ids and types follow semantics §5 exactly (requests compare across ports)."""
     questions = by_id(metric_id).questions(order42_trace())
     assert {qid: type(q) for qid, q in questions.items()} == types
     assert all(check_id(qid, "question id") for qid in questions)
@@ -507,7 +507,7 @@ def test_grounded_missing_claim_answer_raises() -> None:
         Grounded(T).reduce({"c0": noul(0.9)}, grounded_trace())
 
 
-# --- §C.2 MetricResult and §D.1 Thresholds -----------------------------------------------
+# --- MetricResult and Thresholds (docs/semantics.md §3-§4) ----------------------------------------
 
 
 def test_status_has_exactly_four_values_equal_to_names() -> None:

@@ -1,4 +1,4 @@
-"""First-fit packing of metrics into judge requests (jev-semantics §E.2 step 7)."""
+"""First-fit packing of metrics into judge requests (docs/semantics.md §6.1 step 7)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ async def test_disjoint_keys_merge_into_one_state() -> None:
 
 @pytest.mark.asyncio
 async def test_conflict_example_first_second_third() -> None:
-    """The §E.2 example: evidence A/B/A gives {first.q, third.q} on A and {second.q} on B."""
+    """The semantics §6.1 example: evidence A/B/A gives {first.q, third.q} on A, {second.q} on B."""
     requests = await _requests(
         Probe("first", state_value={"evidence": "A"}),
         Probe("second", state_value={"evidence": "B"}),
@@ -180,7 +180,7 @@ async def test_groups_run_in_creation_order() -> None:
 def _reference_layout(
     states: list[dict[str, Any]], max_state_chars: int
 ) -> list[tuple[list[str], dict[str, Any]]]:
-    """First fit as §E.2 words it: equal shared values (canonical JSON), size by json_size."""
+    """First fit per semantics §6.1: equal shared values (canonical JSON), size by json_size."""
     groups: list[tuple[list[str], dict[str, Any]]] = []
     for index, state in enumerate(states):
         if json_size(state) > max_state_chars:

@@ -1,4 +1,4 @@
-"""The dataset runner: validation, ordering, concurrency, summaries, latency and usage (§F)."""
+"""Dataset runner: validation, ordering, concurrency, summaries, latency, usage (semantics §8)."""
 
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def _labelled_dataset() -> list[Case]:
 
 @pytest.mark.asyncio
 async def test_summary_counting_rules() -> None:
-    """§F counts: status buckets for all rows, correctness for labelled DECIDED."""
+    """Semantics §8 counts: status buckets for all rows, correctness for labelled DECIDED."""
     evaluator = Evaluator(ScriptedJudge(), [_outcome_metric("m"), _outcome_metric("tc")])
     report = await run_dataset(evaluator, _labelled_dataset(), 3)
     assert list(report.metrics) == ["m", "tc"]

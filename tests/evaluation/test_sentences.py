@@ -1,4 +1,4 @@
-"""Sentence splitting for ``grounded`` (jev-semantics §D.3): the JDK root-locale behaviour."""
+"""Sentence splitting for ``grounded`` (docs/semantics.md §5.3): the JDK root-locale behaviour."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ GOLDEN = [
 
 @pytest.mark.parametrize(("text", "claims"), GOLDEN, ids=[repr(t)[:30] for t, _ in GOLDEN])
 def test_golden_table(text: str, claims: tuple[str, ...]) -> None:
-    """Every row of the §D.3 golden table splits exactly as measured on JDK 17."""
+    """Every row of the golden table splits exactly as measured on JDK 17."""
     assert split_sentences(text) == claims
 
 

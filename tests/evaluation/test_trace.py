@@ -1,4 +1,4 @@
-"""The trace model (jev-semantics §B): shape, accessors, normalization rules and issues."""
+"""The trace model (docs/semantics.md §1): shape, accessors, normalization rules and issues."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _trace(*messages: dict[str, Any], tools: Any = None) -> Trace:
     return Trace.from_messages("t", list(messages), tools)
 
 
-# --- §B.1 shape -------------------------------------------------------------------------
+# --- shape (docs/semantics.md §1) -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", ["", "   ", None, 42])
@@ -249,11 +249,11 @@ def test_from_frozen_parts_applies_the_same_rules() -> None:
         Trace.from_frozen_parts("t", [], issues=[" "])
 
 
-# --- §B.2 canonical fields ---------------------------------------------------------------
+# --- canonical fields (docs/semantics.md §1) ------------------------------------------------------
 
 
 def test_order42_fields() -> None:
-    """The complete example yields every canonical field with the §B.2 shapes."""
+    """The complete example yields every canonical field with the documented shapes."""
     trace = Trace.from_messages("t", order42_messages(), order42_tools())
     assert trace.issues == ()
     call = {
@@ -458,7 +458,7 @@ def test_plain_and_openai_tool_specs_normalize_alike() -> None:
     ]
 
 
-# --- §B.3 issues -------------------------------------------------------------------------
+# --- issues (docs/semantics.md §1) ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("call_id", [None, "", "   "])

@@ -1,4 +1,4 @@
-"""trajectory_match (jev-semantics §D.4): deterministic multiset comparison, never the judge."""
+"""trajectory_match (docs/semantics.md §5.2): deterministic multiset comparison, never the judge."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """SIGKILL of worker process groups during a backfill on both lanes, and its negative control.
 
-The harness follows celery-notes §7.3: real workers in their own process groups, a real judge
+The harness (docs/queue.md has the measurements behind it): real workers in their own process
+groups, a real judge
 server, a real Redis; faults injected while judge requests are in flight; a bounded wait for
 recovery; then exact counts read from the store and a broker that holds nothing.
 """

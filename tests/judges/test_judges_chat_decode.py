@@ -1,4 +1,4 @@
-"""ChatJudge reply decoding, rule by rule (jev-semantics §A.7, the strict AgentScope emulation).
+"""ChatJudge reply decoding, rule by rule (docs/semantics.md §7.5, the strict AgentScope emulation).
 
 The transport is the judge's injected seam (``async (request_json) -> response_json``), so these
 tests hand it exact replies; the HTTP transport is tested against the real server elsewhere.
@@ -403,7 +403,7 @@ async def test_rule8_score_expectation_and_legend() -> None:
     assert answer.confidence == pytest.approx((0.5 - 1 / 3) / (1 - 1 / 3))
 
 
-# --- rule 9: final §A.4 validation ----------------------------------------------------------------
+# --- rule 9: final validation (docs/semantics.md §7.2) --------------------------------------------
 
 
 @pytest.mark.asyncio

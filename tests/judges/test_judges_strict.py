@@ -1,4 +1,4 @@
-"""The strict JSON reader behind both HTTP judges (jev-semantics §A.7 rule 1, §J)."""
+"""The strict JSON reader behind both HTTP judges (docs/semantics.md §7.5 rule 1)."""
 
 from __future__ import annotations
 

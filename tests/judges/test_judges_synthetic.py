@@ -89,7 +89,7 @@ async def test_score_is_top_level_with_string_legend() -> None:
 
 @pytest.mark.asyncio
 async def test_response_is_valid_deterministic_and_says_synthetic() -> None:
-    """Responses pass strict §A.4 validation, carry usage, repeat exactly, say 'synthetic'."""
+    """Responses pass strict validation, carry usage, repeat exactly, say 'synthetic'."""
     judge = SyntheticJudge()
     first, second = await judge(MIXED), await judge(MIXED)
     assert validate_response(MIXED, first) is first

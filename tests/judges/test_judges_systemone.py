@@ -1,7 +1,7 @@
 """SystemOneJudge against a real server: wire body, headers, strict replies, errors, secrets.
 
-Covers jev-semantics §A.1 (auth, headers, model), §A.4 (every 2xx body is validated strictly and
-a failure keeps the readable model and usage) and §A.5 (error messages from the body).
+Covers docs/semantics.md §7.3 (auth, headers, model, error messages from the body) and §7.2
+(every 2xx body is validated strictly and a failure keeps the readable model and usage).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ async def test_integer_probabilities_are_numbers(server: JudgeServer) -> None:
     assert response.answers["m.q"].noul == 1.0  # type: ignore[union-attr]
 
 
-# --- invalid 2xx replies (§A.4) -----------------------------------------------------------------
+# --- invalid 2xx replies (docs/semantics.md §7.2) -------------------------------------------------
 
 
 @pytest.mark.asyncio
@@ -316,7 +316,7 @@ async def test_bad_usage_is_invalid(server: JudgeServer, usage: object) -> None:
     ],
 )
 async def test_answer_violations_keep_model_and_usage(server: JudgeServer, change: Any) -> None:
-    """Any §A.4 answer violation → InvalidReply that still carries the reply's model and usage."""
+    """Any answer violation (semantics §7.2) → InvalidReply keeping the reply's model and usage."""
     error = await _invalid(server, _answers(change))
     assert (error.model, error.usage) == ("synthetic", SYNTHETIC_USAGE)
 
@@ -370,7 +370,7 @@ async def test_sum_within_tolerance_is_valid(server: JudgeServer) -> None:
     assert response.answers["tool_choice.q"].probabilities["correct"] == 0.90009  # type: ignore[union-attr]
 
 
-# --- HTTP errors (§A.5) -------------------------------------------------------------------------
+# --- HTTP errors (docs/semantics.md §7.3) ---------------------------------------------------------
 
 
 @pytest.mark.asyncio

@@ -1,4 +1,4 @@
-"""System One endpoint URL normalization (jev-semantics §A.1, AgentScope rules)."""
+"""System One endpoint URL normalization (docs/semantics.md §7.3, AgentScope rules)."""
 
 from __future__ import annotations
 

@@ -265,7 +265,7 @@ WHERE json_extract(c.content, '$.labels') <> '{}'"""
 
 
 def _f_summary(rows: list[tuple[Any, ...]]) -> dict[str, int]:
-    """jev-semantics §F counting, written out independently for the check."""
+    """docs/semantics.md §8 counting, written out independently for the check."""
     keys = ("total", "labelled", "correct", "incorrect", "inconclusive", "skipped", "errors")
     out = Counter(dict.fromkeys((*keys, "unscored"), 0))
     for status, passed, label, has_gold, gold_label, gold_passed in rows:
@@ -397,7 +397,7 @@ def _check_outcomes(data: dict[str, Any], db: Path, traces: int) -> None:
 
 
 def test_report_json_matches_the_store(filled: Filled) -> None:
-    """`evalq report --json`: counts, rates, weights, §F gold summaries, calibration, latency,
+    """`evalq report --json`: counts, rates, weights, gold summaries, calibration, latency,
     usage, outcomes and sampling all equal what SQL computes from the same tables."""
     data = _json("report", "--json", **filled.env())
     db = filled.db_path

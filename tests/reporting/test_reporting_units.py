@@ -1,4 +1,4 @@
-"""Pure pieces of the report and status: intervals, §F counting, calibration, scope, thresholds."""
+"""Pure pieces of the report and status: intervals, gold counts, calibration, scope, thresholds."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def test_weighted_wilson_equals_wilson_for_equal_weights_and_uses_kish_n() -> No
 
 
 def test_nearest_rank_follows_the_spec_formula() -> None:
-    """P(p) = sorted[ceil(p·n) - 1], 0 for no values (jev-semantics §F)."""
+    """P(p) = sorted[ceil(p·n) - 1], 0 for no values (docs/semantics.md §8)."""
     values = [float(v) for v in range(1, 21)]
     assert nearest_rank(values, 50) == values[math.ceil(0.5 * 20) - 1]
     assert nearest_rank(values, 95) == 19.0
@@ -157,7 +157,7 @@ def test_nearest_rank_follows_the_spec_formula() -> None:
     assert nearest_rank([], 50) == 0.0
 
 
-# --- per-metric rates and §F gold summaries ------------------------------------------------------
+# --- per-metric rates and gold summaries ------------------------------------------------------
 
 
 def test_rates_keep_decided_without_verdict_out_of_the_pass_rate() -> None:

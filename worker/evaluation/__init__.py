@@ -1,4 +1,4 @@
-"""The JEV trace-evaluation engine (jev-semantics §B-§F, the AgentScope contract).
+"""The JEV trace-evaluation engine (docs/semantics.md, the AgentScope contract).
 
 A pure library: no Celery, no store, no broker, no settings. Build a :class:`Trace`, choose
 metrics, and ``await Evaluator(judge, metrics, limits).evaluate(trace)`` for a :class:`Report`.

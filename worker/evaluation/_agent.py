@@ -1,6 +1,6 @@
-"""Shared pieces of the built-in metrics (jev-semantics §D.1): base precheck/state, answer readers.
+"""Shared pieces of the built-in metrics (docs/semantics.md §5): precheck/state, answer readers.
 
-Answers reach ``reduce`` after the evaluator's strict §A.4 validation, so a reader that finds the
+Answers reach ``reduce`` after the evaluator's strict validation, so a reader that finds the
 wrong answer type or a null value raises ``ValueError``: the evaluator records REDUCE_ERROR for
 that metric only and no value is ever guessed.
 """

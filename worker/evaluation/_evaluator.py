@@ -1,4 +1,4 @@
-"""The trace evaluator: planning, first-fit packing and budgeted execution (jev-semantics §E, §C.3).
+"""The trace evaluator: planning, first-fit packing and budgeted execution (docs/semantics.md §6).
 
 ``Evaluator(judge, metrics, limits).evaluate(trace)`` plans every metric in configuration order,
 packs the metrics that ask questions into as few judge requests as their shared state allows, and
@@ -342,7 +342,7 @@ class Evaluator:
         usage = (*run.usage, *(_UNKNOWN_USAGE,) * run.awaiting)
         return self._report(trace.id, run, usage, float(elapsed_s))
 
-    # -- planning (§E.2) -------------------------------------------------------------------
+    # -- planning (docs/semantics.md §6.1) ---------------------------------------------------------
 
     def _plan(self, trace: Trace, run: _Run) -> list[_Group]:
         groups: list[_Group] = []
@@ -423,7 +423,7 @@ class Evaluator:
         commas = len(added) - (0 if canon else 1)
         return group.size + sum(added) + commas
 
-    # -- execution (§E.3) ------------------------------------------------------------------
+    # -- execution (docs/semantics.md §6.2) --------------------------------------------------------
 
     async def _execute(
         self, groups: list[_Group], trace: Trace, deadline: float, run: _Run

@@ -1,4 +1,4 @@
-"""The metric contract (jev-semantics §C.1) and the id rule shared by metrics and questions."""
+"""The metric contract (docs/semantics.md §2) and the id rule shared by metrics and questions."""
 
 from __future__ import annotations
 

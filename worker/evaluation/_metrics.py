@@ -1,4 +1,4 @@
-"""The seven built-in agent metrics (jev-semantics §D.1-§D.3) and :func:`agent_metrics`.
+"""The seven built-in agent metrics (docs/semantics.md §5) and :func:`agent_metrics`.
 
 Ids, required fields, state keys, local question ids and types, and reduce rules follow the
 AgentScope contract exactly, so requests are comparable across implementations; the question

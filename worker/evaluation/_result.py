@@ -1,4 +1,4 @@
-"""Metric results, statuses, reason codes and thresholds (jev-semantics §C.2, §D.1)."""
+"""Metric results, statuses, reason codes and thresholds (docs/semantics.md §3-§4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dataset runner: evaluate many traces and score them against gold labels (jev-semantics §F).
+"""The dataset runner: evaluate many traces and score them against gold (docs/semantics.md §8).
 
 ``await run_dataset(evaluator, cases, concurrency)`` validates everything first, evaluates up to
 ``concurrency`` traces at once, and returns rows in input order plus per-metric and per-scenario
@@ -234,7 +234,7 @@ async def _evaluate_all(
 
 @dataclass
 class SummaryCounter:
-    """§F counting for one metric: feed it results, read a :class:`Summary`.
+    """Gold counting for one metric (semantics §8): feed it results, read a :class:`Summary`.
 
     ``wanted`` is the gold value (a label or a passed flag) or ``None`` for an unlabelled row;
     ``actual`` is the result's label or passed flag, whichever the gold value names.

@@ -1,4 +1,4 @@
-"""Deterministic sentence splitting with the JDK's root-locale behaviour (jev-semantics §D.3).
+"""Deterministic sentence splitting with the JDK's root-locale behaviour (docs/semantics.md §5.3).
 
 The reference implementation splits ``final_answer`` with
 ``BreakIterator.getSentenceInstance(Locale.ROOT)`` of JDK 17. That iterator is a small

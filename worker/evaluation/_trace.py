@@ -1,11 +1,11 @@
-"""The trace model (jev-semantics §B): an id, read-only JSON fields and integrity issues.
+"""The trace model (docs/semantics.md §1): an id, read-only JSON fields and integrity issues.
 
 :meth:`Trace.from_messages` normalizes OpenAI chat-format messages by the AgentScope rules
-(§B.2-§B.3). Evidence comes only from text parts, tool calls and tool results; reasoning parts,
-``reasoning_content`` and any other message metadata are dropped silently. Anything the rules
+(docs/semantics.md §1). Evidence comes only from text parts, tool calls and tool results; reasoning
+parts, ``reasoning_content`` and any other message metadata are dropped silently. Anything the rules
 cannot pair or read becomes an issue code, which makes the trace incomplete (every metric is then
-SKIPPED ``INCOMPLETE_TRACE``); malformed *input* (not a list of objects, an unknown role, a
-content that is neither text, null nor a list of parts) raises ``ValueError``.
+SKIPPED ``INCOMPLETE_TRACE``); malformed *input* (not a list of objects, an unknown role, a content
+that is neither text, null nor a list of parts) raises ``ValueError``.
 
 Decisions where the contract is silent (documented for users of the OpenAI format):
 
@@ -99,7 +99,7 @@ class Trace:
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> Trace:
-        """Normalize OpenAI chat-format messages (and an optional tool catalog) by §B.2-§B.3."""
+        """Normalize OpenAI chat-format messages (and an optional tool catalog): semantics §1."""
         fields, issues = _normalized(messages, tools)
         return cls(trace_id, fields, issues)
 
@@ -115,7 +115,7 @@ class Trace:
         """``from_messages(trace_id, messages, tools).extended(fields, issues)`` in one step, for
         input whose read-only mappings and tuples are already frozen (:func:`freeze` output).
 
-        The same §B rules apply; only the copying differs: those parts (call arguments given as
+        The same trace rules apply; only the copying differs: those parts (call arguments given as
         mappings, tool parameters, ``fields`` values) are kept instead of being copied again, so
         a caller holding frozen values (``Snapshot.trace()``) need not thaw them first. Passing
         a proxy over a dict that is still mutable would make the trace mutable: don't.
@@ -251,7 +251,7 @@ def _check_issues(issues: object) -> tuple[str, ...]:
 def _normalized(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
 ) -> tuple[dict[str, Any], list[str]]:
-    """The §B.2-§B.3 fields (not frozen yet) and the issues found, in order."""
+    """The canonical fields (not frozen yet) and the issues found, in order."""
     builder = _Builder()
     for index, message in enumerate(_check_messages(messages)):
         builder.add(index, message)
@@ -367,7 +367,7 @@ def _tool_spec(index: int, tool: object) -> dict[str, Any]:
 
 
 class _Builder:
-    """Walks the messages once, in order, applying the §B.3 pairing rules."""
+    """Walks the messages once, in order, applying the pairing rules (docs/semantics.md §1)."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, str]] = []

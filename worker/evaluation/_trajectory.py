@@ -1,4 +1,4 @@
-"""``trajectory_match``: deterministic comparison of actual vs expected tool calls (§D.4).
+"""``trajectory_match``: actual vs expected tool calls, deterministically (docs/semantics.md §5.2).
 
 Never asks the judge: ``precheck`` returns the final result. All modes count duplicates
 (multisets), so each repeated actual call needs its own expected copy. With argument matching,

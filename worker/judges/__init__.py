@@ -12,7 +12,7 @@ Exception tree (foreign httpx exceptions are translated once, in the HTTP judges
      └── InvalidReply      a reply arrived but is unusable: .model, .usage kept for accounting
                            (a 2xx body past ``max_reply_bytes`` decoded, gzip/deflate included)
     ValueError
-     └── InvalidResponse   a response breaks a §A.4 rule (message = rule code)
+     └── InvalidResponse   a response breaks a validation rule (message = rule code)
 """
 
 import importlib

@@ -1,4 +1,4 @@
-"""A strict Chat-Completions judge (jev-semantics §A.7, AgentScope ``JevTextBackend``).
+"""A strict Chat-Completions judge (docs/semantics.md §7.5, AgentScope ``JevTextBackend``).
 
 It answers the *same* packed request as System One with a chat LLM, for like-for-like comparisons.
 The LLM's probabilities are self-reported, not calibrated. Decoding is strict on purpose: no
@@ -66,7 +66,7 @@ SYSTEM_INSTRUCTIONS = (
 
 
 class _RuleError(ValueError):
-    """Internal: the reply breaks a §A.7 rule (caught and turned into InvalidReply)."""
+    """Internal: the reply breaks a decoding rule (caught and turned into InvalidReply)."""
 
 
 def max_tokens_for(n_questions: int) -> int:
@@ -206,7 +206,7 @@ def _chat_url(base_url: str) -> str:
 
 
 class ChatJudge:
-    """``ChatJudge(model, transport)``: a strict §A.7 judge over any Chat Completions transport.
+    """``ChatJudge(model, transport)``: a strict judge over any Chat Completions transport (§7.5).
 
     The request's own ``model`` is ignored: the configured LLM answers every request (the user
     content always says ``"model": null``). Use :meth:`openai_compatible` for an HTTP transport.

@@ -370,7 +370,7 @@ class JudgeServer:
 
 
 def _chat_value(answer: object) -> object:
-    """What a well-behaved LLM would write for one answer (§A.7 content shape)."""
+    """What a well-behaved LLM would write for one answer (docs/semantics.md §7.5 content shape)."""
     if isinstance(answer, NoulAnswer):
         return answer.noul
     if isinstance(answer, ChoiceAnswer | ScoreAnswer):

@@ -1,4 +1,4 @@
-"""Strict JSON reading and the small value rules shared by the judges (jev-semantics §A.7, §J).
+"""Strict JSON reading and the small value rules shared by the judges (docs/semantics.md §7.5).
 
 Python's ``json`` is lenient where the reference (Jackson, strict settings) is not: it accepts
 duplicate keys (last wins), ``NaN``/``Infinity``, overflowing floats (``1e999`` becomes ``inf``) and

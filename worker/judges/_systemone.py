@@ -1,9 +1,10 @@
-"""The System One (Jev) wire client (jev-semantics §A.1-A.5, AgentScope ``JevClient`` behaviour).
+"""The System One (Jev) wire client (docs/semantics.md §7.3, AgentScope ``JevClient`` behaviour).
 
 ``POST {base}/v1/systemone`` with ``Authorization: Bearer <key>``. A 2xx body must pass the wire
-model *and* the strict §A.4 rules, else :class:`InvalidReply` keeps whatever model and usage could
-be read (so the evaluator still accounts for tokens that were billed). HTTP and transport failures
-are :class:`JudgeError` (see :mod:`worker.judges._http` for retries and translation).
+model *and* the strict rules (docs/semantics.md §7.2), else :class:`InvalidReply` keeps whatever
+model and usage could be read (so the evaluator still accounts for tokens that were billed). HTTP
+and transport failures are :class:`JudgeError` (see :mod:`worker.judges._http` for retries and
+translation).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ _SERVICE = "System One"
 
 
 def systemone_url(base_url: str) -> str:
-    """§A.1 endpoint: trim ``/``; keep ``…/v1/systemone``; add ``/systemone`` to ``…/v1``; else
-    add ``/v1/systemone``."""
+    """The endpoint (semantics §7.3): trim ``/``; keep ``…/v1/systemone``; add ``/systemone`` to
+    ``…/v1``; else add ``/v1/systemone``."""
     base = check_base_url(base_url)
     if base.endswith(_PATH):
         return base

@@ -1,4 +1,4 @@
-"""Strict response validation (jev-semantics §A.4, the AgentScope rules).
+"""Strict response validation (docs/semantics.md §7.2, the AgentScope rules).
 
 :func:`validate_response` is applied by the evaluator to *whatever* any judge returns, and by the
 HTTP judges to 2xx bodies. A violation raises :class:`InvalidResponse` whose message is a short
@@ -27,7 +27,7 @@ SUM_TOLERANCE_PER_OPTION = 5e-5  # the API rounds to 4 decimals, so sums drift b
 
 
 class InvalidResponse(ValueError):
-    """A response that violates §A.4. The message is a rule code such as ``ANSWER_KEYS``."""
+    """A response that breaks a validation rule; the message is a rule code (``ANSWER_KEYS``, …)."""
 
 
 def _unit(value: float | None, code: str) -> float:
@@ -76,7 +76,7 @@ def _check_answer(question: object, answer: object) -> None:
 
 
 def validate_response(request: JudgeRequest, response: object) -> JudgeResponse:
-    """Return ``response`` if it satisfies every §A.4 rule for ``request``; else raise."""
+    """Return ``response`` if it satisfies every validation rule for ``request``; else raise."""
     if not isinstance(response, JudgeResponse):
         raise InvalidResponse("NOT_A_RESPONSE")
     if not response.model.strip():

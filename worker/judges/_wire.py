@@ -1,4 +1,4 @@
-"""System One (Jev) wire models: requests, questions, answers and usage (jev-semantics §A.2-A.3).
+"""System One (Jev) wire models: requests, questions, answers, usage (docs/semantics.md §7).
 
 The models describe the *shape* of the wire JSON. Semantic checks (key sets, sums, ranges) live in
 :mod:`worker.judges._validation`: the evaluator applies them to whatever any judge returns.
@@ -66,7 +66,7 @@ class _Wire(BaseModel):
 
 
 class _StrictWire(_Wire):
-    # Answers are parsed strictly: "0.9" or true is not a probability (§A.7 rule 6).
+    # Answers are parsed strictly: "0.9" or true is not a probability (semantics §7.5 rule 4).
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 

@@ -6,9 +6,10 @@ Usage (needs ``javac``/``java`` 17 on PATH; not run by the test suite)::
 
 Each case is split by ``BreakIterator.getSentenceInstance(Locale.ROOT)`` and the *raw* pieces
 between boundaries are stored, so the test checks the boundaries themselves, independent of
-stripping. The inputs are the §D.3 golden rows plus seeded random strings over characters whose
-Unicode classification is identical in JDK 17 and Python 3.11 (supplementary combining/format
-characters are excluded: the JDK's supplementary table classifies some of them oddly).
+stripping. The inputs are ``test_sentences.py``'s golden rows plus seeded random strings over
+characters whose Unicode classification is identical in JDK 17 and Python 3.11 (supplementary
+combining/format characters are excluded: the JDK's supplementary table classifies some of them
+oddly).
 """
 
 from __future__ import annotations
