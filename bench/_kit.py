@@ -415,7 +415,7 @@ class Bench:
         return client
 
     def judge_server(self, latency_ms: float, *, nice: int = 0) -> str:
-        """Start ``python -m worker.judges._server`` with ``latency_ms``; returns its base URL.
+        """Start ``python -m worker.judges.testing`` with ``latency_ms``; returns its base URL.
 
         ``nice`` lowers its CPU priority: a replica that stands for a judge service on other
         machines should not take this machine's cores from the workers being measured.
@@ -423,7 +423,7 @@ class Bench:
         env = {**os.environ, "BENCH_JUDGE_KEY": API_KEY}
         process = subprocess.Popen(
             [
-                *(sys.executable, "-m", "worker.judges._server", "--port", "0"),
+                *(sys.executable, "-m", "worker.judges.testing", "--port", "0"),
                 *("--latency-ms", f"{latency_ms}", "--api-key-env", "BENCH_JUDGE_KEY"),
             ],
             env=env,

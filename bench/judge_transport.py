@@ -1,6 +1,6 @@
 """Judge transport throughput: achieved vs ideal requests/s at 16, 64 and 256 requests in flight.
 
-Starts the synthetic judge server (``python -m worker.judges._server``) as a separate process with
+Starts the synthetic judge server (``python -m worker.judges.testing``) as a separate process with
 a fixed latency, so server CPU does not compete with the client for this process's GIL, then keeps
 N requests in flight (closed loop) per transport and counts replies in a fixed window.
 
@@ -71,7 +71,7 @@ class Server:
             [
                 sys.executable,
                 "-m",
-                "worker.judges._server",
+                "worker.judges.testing",
                 "--port",
                 "0",
                 "--latency-ms",

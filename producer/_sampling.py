@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .snapshot import (
     TALLY_TASK,
@@ -110,6 +110,14 @@ class SamplingRule(_Frozen):
     environment: Matcher = None
     tool: Matcher = None
     salt: str = DEFAULT_SALT
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        # Tallies count by rule name, and a tally row needs a non-blank one (TallyCounts).
+        if not value.strip():
+            raise ValueError("a sampling rule needs a non-blank name")
+        return value
 
     def matches(self, snapshot: Snapshot) -> bool:
         """True when every set matcher accepts the snapshot's slice."""

@@ -70,6 +70,7 @@ __all__ = [
     "SamplingTally",
     "SliceMeta",
     "Snapshot",
+    "TallyCounts",
     "TallyRow",
     "ToolRound",
     "ToolSpec",
@@ -299,20 +300,31 @@ class OutcomeEvent(Contract):
         return self.model_dump(mode="json")
 
 
-class TallyRow(Contract):
-    """Sampling counts for one (rule, rate, slice) since the producer's previous tally."""
+class TallyCounts(Contract):
+    """Sampling counts of one (rule, rate, slice): the rules every tally row obeys, defined once.
+
+    The store's tally records (``worker.store``) are these counts too, so a row the contract
+    accepts is a row the store accepts: a non-blank rule, a rate in [0, 1], ``0 <= sampled <=
+    seen``.
+    """
 
     rule: str
     rate: float = Field(ge=0.0, le=1.0)
-    lane: Lane
     agent_version: str | None = None
     environment: str | None = None
     tool: str | None = None
     seen: int = Field(ge=0)
     sampled: int = Field(ge=0)
 
+    @field_validator("rule")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("rule must be non-blank")
+        return value
+
     @model_validator(mode="after")
-    def _sampled_within_seen(self) -> TallyRow:
+    def _sampled_within_seen(self) -> TallyCounts:
         if self.sampled > self.seen:
             raise ValueError("sampled cannot exceed seen")
         return self
@@ -321,6 +333,12 @@ class TallyRow(Contract):
     def sampled_out(self) -> int:
         """Units seen but not sampled (what a report must say was not evaluated)."""
         return self.seen - self.sampled
+
+
+class TallyRow(TallyCounts):
+    """Sampling counts for one (rule, rate, lane, slice) since the producer's previous tally."""
+
+    lane: Lane
 
 
 class SamplingTally(Contract):

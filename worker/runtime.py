@@ -70,8 +70,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-_SYSTEMONE_DEFAULT_URL = "https://api.typesafe.ai"
-_SYSTEMONE_DEFAULT_MODEL = "jev-latest"
 STORE_THREADS = 2
 """Threads for blocking store calls: the group-commit writer and one for reads and dead letters."""
 SWITCH_INTERVAL_S = 0.00025
@@ -89,7 +87,7 @@ def judge_identity(settings: Settings) -> str:
     if settings.judge is JudgeKind.SYNTHETIC:
         return "synthetic"
     if settings.judge is JudgeKind.SYSTEMONE:
-        return f"systemone:{settings.judge_model or _SYSTEMONE_DEFAULT_MODEL}"
+        return f"systemone:{settings.judge_model or SystemOneJudge.DEFAULT_MODEL}"
     return f"chat:{settings.judge_model}"
 
 
@@ -115,9 +113,9 @@ def _build_judge(settings: Settings) -> Judge:
         return SyntheticJudge()
     if settings.judge is JudgeKind.SYSTEMONE:
         return SystemOneJudge(
-            base_url=settings.judge_url or _SYSTEMONE_DEFAULT_URL,
+            base_url=settings.judge_url or SystemOneJudge.DEFAULT_BASE_URL,
             api_key=key,
-            model=settings.judge_model or _SYSTEMONE_DEFAULT_MODEL,
+            model=settings.judge_model or SystemOneJudge.DEFAULT_MODEL,
         )
     assert settings.judge_url is not None  # Settings requires both for the chat judge
     assert settings.judge_model is not None

@@ -17,7 +17,7 @@ from tests.faults.fault_kit import CONTROLS, ROWS, FaultWorker, format_table
 from tests.queue.queue_kit import killed_on_exit, worker_env
 from worker.broker import broker_transport_options
 from worker.embedded import free_port
-from worker.judges._server import JudgeServer, serve_in_thread
+from worker.judges.testing import JudgeServer, serve_in_thread
 from worker.settings import load_settings
 
 StartWorker = Callable[..., FaultWorker]

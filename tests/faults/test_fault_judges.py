@@ -19,7 +19,7 @@ from producer import Lane, Producer, Snapshot
 from tests.faults.conftest import StartWorker
 from tests.faults.fault_kit import FaultWorker, redone, report_row, store_rows, tally
 from tests.queue.queue_kit import example_snapshots, wait_until
-from worker.judges._server import (
+from worker.judges.testing import (
     Fault,
     JudgeServer,
     drop,

@@ -28,7 +28,7 @@ from tests.faults.fault_kit import (
     wait_recovered,
 )
 from tests.queue.queue_kit import example_snapshots, variants, wait_until
-from worker.judges._server import JudgeServer
+from worker.judges.testing import JudgeServer
 
 pytestmark = pytest.mark.services
 

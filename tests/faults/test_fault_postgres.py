@@ -36,7 +36,7 @@ from tests.faults.fault_kit import (
 )
 from tests.queue.queue_kit import example_snapshots, variants, wait_until
 from tests.store._store_helpers import evaluation_record, snapshot_record
-from worker.judges._server import JudgeServer
+from worker.judges.testing import JudgeServer
 from worker.store import Store, open_store
 from worker.store._backends import SqliteBackend, Tx
 

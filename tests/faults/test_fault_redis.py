@@ -33,7 +33,7 @@ from tests.faults.fault_kit import (
 from tests.queue.queue_kit import example_snapshots, variants, wait_until
 from worker.broker import DeliveredAnyway, protect_deliveries
 from worker.embedded import RedisServer
-from worker.judges._server import JudgeServer
+from worker.judges.testing import JudgeServer
 
 pytestmark = pytest.mark.services
 

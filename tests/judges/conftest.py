@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.judges.judge_kit import CANARY_KEY
-from worker.judges._server import JudgeServer, serve_in_thread
+from worker.judges.testing import JudgeServer, serve_in_thread
 
 
 @pytest.fixture

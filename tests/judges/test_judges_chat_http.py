@@ -8,9 +8,8 @@ import httpx
 import pytest
 
 from tests.judges.judge_kit import CANARY_KEY, MIXED, NOUL, leaks
-from worker.judges import ChatJudge, InvalidReply, JudgeError, Usage
-from worker.judges._http import RetryPolicy
-from worker.judges._server import (
+from worker.judges import ChatJudge, InvalidReply, JudgeError, RetryPolicy, Usage
+from worker.judges.testing import (
     Fault,
     JudgeServer,
     duplicate_key,
@@ -19,8 +18,8 @@ from worker.judges._server import (
     missing_usage,
     raw,
     status,
+    synthetic_response,
 )
-from worker.judges._synthetic import synthetic_response
 
 ONCE = RetryPolicy(attempts=1)
 

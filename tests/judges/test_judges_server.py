@@ -13,7 +13,7 @@ import pytest
 
 from tests.judges.judge_kit import NOUL
 from worker.judges import SystemOneJudge
-from worker.judges._server import JudgeServer, serve_in_thread, stall
+from worker.judges.testing import JudgeServer, serve_in_thread, stall
 
 
 @pytest.mark.asyncio
@@ -76,13 +76,13 @@ def test_stop_releases_stalled_requests() -> None:
 
 
 def test_standalone_process_serves_and_stops() -> None:
-    """`python -m worker.judges._server` prints its URL, answers with the key, exits on SIGTERM."""
+    """`python -m worker.judges.testing` prints its URL, answers with the key, exits on SIGTERM."""
     env = {**os.environ, "JUDGE_TEST_KEY": "sk-standalone"}
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "worker.judges._server",
+            "worker.judges.testing",
             "--port",
             "0",
             "--latency-ms",

@@ -21,10 +21,10 @@ from worker.judges import (
     InvalidReply,
     JudgeError,
     JudgeRequest,
+    RetryPolicy,
     SystemOneJudge,
 )
-from worker.judges._http import RetryPolicy
-from worker.judges._server import (
+from worker.judges.testing import (
     Fault,
     JudgeServer,
     duplicate_key,
@@ -34,8 +34,8 @@ from worker.judges._server import (
     raw,
     stall,
     status,
+    synthetic_response,
 )
-from worker.judges._synthetic import synthetic_response
 
 ONCE = RetryPolicy(attempts=1)
 

@@ -19,7 +19,7 @@ from worker.judges._http import (
     sanitize,
     translated_errors,
 )
-from worker.judges._server import JudgeServer, drop, serve_in_thread
+from worker.judges.testing import JudgeServer, drop, serve_in_thread
 
 IN_FLIGHT = 200  # above httpx's default pool (100 connections) and aiohttp's default limit (100)
 

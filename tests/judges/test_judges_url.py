@@ -6,7 +6,7 @@ import pytest
 
 from tests.judges.judge_kit import NOUL
 from worker.judges import SystemOneJudge
-from worker.judges._server import JudgeServer
+from worker.judges.testing import JudgeServer
 
 
 @pytest.mark.parametrize(

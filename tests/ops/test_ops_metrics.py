@@ -37,14 +37,14 @@ from worker.judges import (
     JudgeRequest,
     JudgeResponse,
     NoulQuestion,
+    RetryPolicy,
     SyntheticJudge,
     SystemOneJudge,
     Usage,
     use_deadline,
 )
-from worker.judges._http import RetryPolicy
-from worker.judges._server import JudgeServer, duplicate_key, serve_in_thread
-from worker.judges._server import status as http_status
+from worker.judges.testing import JudgeServer, duplicate_key, serve_in_thread
+from worker.judges.testing import status as http_status
 from worker.metrics import OTHER, MeteredJudge, QueueCollector, QueueInspector, WorkerMetrics
 
 

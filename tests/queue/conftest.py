@@ -14,7 +14,7 @@ import pytest
 from producer import Producer
 from tests.queue.queue_kit import WorkerProcess, killed_on_exit, worker_env
 from worker.broker import broker_transport_options
-from worker.judges._server import JudgeServer, serve_in_thread
+from worker.judges.testing import JudgeServer, serve_in_thread
 from worker.settings import load_settings
 from worker.store import Store, open_store
 

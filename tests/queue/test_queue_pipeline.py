@@ -24,7 +24,7 @@ from tests.queue.queue_kit import (
     wait_until,
 )
 from worker.embedded import free_port
-from worker.judges._server import JudgeServer
+from worker.judges.testing import JudgeServer
 from worker.ops import redrive
 from worker.store import Store
 

@@ -20,7 +20,7 @@ from tests.queue.queue_kit import (
     variants,
     wait_until,
 )
-from worker.judges._server import JudgeServer
+from worker.judges.testing import JudgeServer
 from worker.store import Store
 
 pytestmark = pytest.mark.services

@@ -25,7 +25,7 @@ from producer import Lane, Producer, Snapshot
 from tests.faults.conftest import StartWorker
 from tests.queue.queue_kit import example_snapshots, wait_until, worker_env
 from tests.security.security_kit import cli_output
-from worker.judges._server import JudgeServer, invalid_json, serve_in_thread, status
+from worker.judges.testing import JudgeServer, invalid_json, serve_in_thread, status
 from worker.store import open_store
 
 pytestmark = pytest.mark.services

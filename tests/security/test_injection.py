@@ -18,7 +18,7 @@ import pytest
 from producer import Lane, Producer, Snapshot
 from tests.faults.conftest import StartWorker
 from tests.queue.queue_kit import example_snapshots, wait_until
-from worker.judges._server import JudgeServer, LoggedRequest
+from worker.judges.testing import JudgeServer, LoggedRequest
 from worker.store import open_store
 
 pytestmark = pytest.mark.services

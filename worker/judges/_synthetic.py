@@ -1,7 +1,7 @@
 """A deterministic judge with no network, for pipelines, demos and tests.
 
 Every response says ``model="synthetic"`` so nobody mistakes its answers for a model's judgment.
-The same answers are served over HTTP by :mod:`worker.judges._server`.
+The same answers are served over HTTP by :mod:`worker.judges.testing`.
 """
 
 from __future__ import annotations

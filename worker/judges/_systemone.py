@@ -10,7 +10,7 @@ translation).
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Self
+from typing import ClassVar, Self
 
 import httpx
 
@@ -79,6 +79,10 @@ class SystemOneJudge:
     """
 
     validates_replies = True  # every reply passes validate_response for its request, or raises
+    DEFAULT_BASE_URL: ClassVar[str] = DEFAULT_BASE_URL
+    """The service's base URL when none is given (also the worker's default)."""
+    DEFAULT_MODEL: ClassVar[str] = DEFAULT_MODEL
+    """The model asked for when none is given (also the worker's default)."""
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from producer.snapshot import TallyCounts
 from worker._models import assemble
 from worker.canonical_json import FrozenJson, canonical_json, thaw
 
@@ -625,26 +626,10 @@ class Checkpoint(_Record):
 # --- sampling tallies ------------------------------------------------------------------------
 
 
-class _TallyCounts(_Record):
-    rule: Text
-    rate: float = Field(ge=0, le=1)
+class _TallyCounts(TallyCounts):
+    """The contract's counting rules; the lane is kept as text (the store knows no lane enum)."""
+
     lane: Text
-    agent_version: str | None = None
-    environment: str | None = None
-    tool: str | None = None
-    seen: int = Field(ge=0)
-    sampled: int = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _within(self) -> _TallyCounts:
-        if self.sampled > self.seen:
-            raise ValueError("sampled cannot exceed seen")
-        return self
-
-    @property
-    def sampled_out(self) -> int:
-        """Units seen but not sampled: what was not evaluated."""
-        return self.seen - self.sampled
 
 
 class TallyRowRecord(_TallyCounts):

@@ -1,7 +1,8 @@
-"""A synthetic judge server: System One and Chat Completions over real HTTP on loopback.
+"""Testing aid: a synthetic judge server (System One, Chat Completions) on loopback HTTP.
 
-It answers like :class:`~worker.judges.SyntheticJudge` (usage included) and exists so that judge
-tests, benchmarks and the compose stack talk to a real server instead of mocks. Knobs: a fixed
+A public module (not imported by ``worker.judges`` itself: it needs aiohttp's server). It answers
+like :class:`~worker.judges.SyntheticJudge` (usage included) and exists so that judge tests,
+benchmarks and the compose stack talk to a real server instead of mocks. Knobs: a fixed
 ``latency_ms``, an optional API key (wrong or missing ``Bearer`` → 401), and a per-request *script*
 of :class:`Fault` s consumed in order (HTTP statuses with ``Retry-After``, stalls, broken bodies,
 edited replies). Every request is logged (path, headers, body) for tests to read.
@@ -11,7 +12,7 @@ In-process (tests, benches)::
     with serve_in_thread(latency_ms=100) as server:
         judge = SystemOneJudge(server.base_url, api_key="k")
 
-Standalone: ``python -m worker.judges._server --port 8080 --latency-ms 100`` prints
+Standalone: ``python -m worker.judges.testing --port 8080 --latency-ms 100`` prints
 ``listening on http://127.0.0.1:PORT`` once it accepts connections.
 """
 
@@ -53,6 +54,7 @@ __all__ = [
     "serve_in_thread",
     "stall",
     "status",
+    "synthetic_response",
 ]
 
 Edit = Callable[[dict[str, Any]], Any]
@@ -418,7 +420,7 @@ async def _serve_forever(server: JudgeServer, host: str, port: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m worker.judges._server [--host H] [--port N] [--latency-ms M] ...``."""
+    """``python -m worker.judges.testing [--host H] [--port N] [--latency-ms M] ...``."""
     parser = argparse.ArgumentParser(description="Synthetic System One / Chat Completions server")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port (0 = any free port)")
