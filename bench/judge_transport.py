@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import httpx
 
 from worker.judges import ChoiceQuestion, JudgeRequest, NoulQuestion, SystemOneJudge
-from worker.judges._http import default_client
+from worker.judges._transport import default_client
 
 LEVELS = (16, 64, 256)
 TARGET_RATIO = 0.85

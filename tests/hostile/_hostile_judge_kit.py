@@ -141,7 +141,9 @@ def hostile_server() -> Iterator[str]:
 CLIENT_SCRIPT = r"""
 import asyncio, json, resource, sys, time
 from worker.judges import InvalidReply, JudgeError
-from worker.judges._http import JsonEndpoint, RetryPolicy, default_client
+from worker.judges import RetryPolicy
+from worker.judges._endpoint import JsonEndpoint
+from worker.judges._transport import default_client
 
 def peak_kib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

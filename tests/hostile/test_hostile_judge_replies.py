@@ -18,7 +18,7 @@ from tests.evaluation.engine_kit import Probe, make_trace
 from tests.hostile._hostile_judge_kit import gzip_bomb, hostile_server, run_client
 from worker.evaluation import Evaluator, Limits, Reason
 from worker.judges import InvalidReply, JudgeError, RetryPolicy, SystemOneJudge
-from worker.judges._http import JsonEndpoint
+from worker.judges._endpoint import JsonEndpoint
 
 MIB = 1024 * 1024
 LIMIT = 1 * MIB

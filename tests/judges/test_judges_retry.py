@@ -18,8 +18,8 @@ import stamina
 from stamina.instrumentation import RetryDetails, set_on_retry_hooks
 
 from tests.judges.judge_kit import NOUL
-from worker.judges import ChatJudge, JudgeError, SystemOneJudge, use_deadline
-from worker.judges._http import RetryPolicy, parse_retry_after
+from worker.judges import ChatJudge, JudgeError, RetryPolicy, SystemOneJudge, use_deadline
+from worker.judges._retry import parse_retry_after
 from worker.judges.testing import JudgeServer, stall, status
 
 FAST = RetryPolicy(backoff_initial_s=0.05, backoff_max_s=0.05, backoff_jitter_s=0.0)

@@ -11,14 +11,8 @@ import pytest
 
 from tests.judges.judge_kit import NOUL
 from worker.judges import JudgeError, RetryPolicy, SystemOneJudge
-from worker.judges._http import (
-    DEFAULT_MAX_CONNECTIONS,
-    _as_httpx_error,
-    default_client,
-    error_message,
-    sanitize,
-    translated_errors,
-)
+from worker.judges._endpoint import error_message, sanitize, translated_errors
+from worker.judges._transport import DEFAULT_MAX_CONNECTIONS, as_httpx_error, default_client
 from worker.judges.testing import JudgeServer, drop, serve_in_thread
 
 IN_FLIGHT = 200  # above httpx's default pool (100 connections) and aiohttp's default limit (100)
@@ -100,7 +94,7 @@ async def test_dropped_connection_then_success(server: JudgeServer) -> None:
 )
 def test_aiohttp_failures_keep_the_httpx_contract(exc: Exception, expected: type) -> None:
     """The aiohttp transport raises the httpx exception type matching each aiohttp failure."""
-    assert type(_as_httpx_error(exc)) is expected  # type: ignore[arg-type]
+    assert type(as_httpx_error(exc)) is expected  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ._deadline import remaining_s, use_deadline
 from ._errors import InvalidReply, JudgeError
 from ._protocol import Judge, check_async_judge, validates_replies
+from ._retry import RetryPolicy
 from ._synthetic import SyntheticJudge
 from ._validation import InvalidResponse, validate_response
 from ._wire import (
@@ -39,8 +40,9 @@ from ._wire import (
 
 if TYPE_CHECKING:
     from ._chat import ChatJudge
-    from ._http import DEFAULT_MAX_REPLY_BYTES, RetryPolicy, check_base_url
+    from ._endpoint import check_base_url
     from ._systemone import SystemOneJudge
+    from ._transport import DEFAULT_MAX_REPLY_BYTES
 
 __all__ = [
     "DEFAULT_MAX_REPLY_BYTES",
@@ -75,10 +77,9 @@ __all__ = [
 # wire types and protocols only, and must stay importable without an HTTP client.
 _LAZY = {
     "ChatJudge": "._chat",
-    "DEFAULT_MAX_REPLY_BYTES": "._http",
-    "RetryPolicy": "._http",
+    "DEFAULT_MAX_REPLY_BYTES": "._transport",
     "SystemOneJudge": "._systemone",
-    "check_base_url": "._http",
+    "check_base_url": "._endpoint",
 }
 
 

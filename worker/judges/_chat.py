@@ -16,9 +16,11 @@ from typing import Self
 
 import httpx
 
+from ._endpoint import JsonEndpoint, check_api_key, check_base_url
 from ._errors import InvalidReply, JudgeError
-from ._http import DEFAULT_MAX_REPLY_BYTES, JsonEndpoint, RetryPolicy, check_api_key, check_base_url
+from ._retry import RetryPolicy
 from ._strict import check_model, content_text, is_number, read_usage, strict_loads
+from ._transport import DEFAULT_MAX_REPLY_BYTES
 from ._validation import validate_response
 from ._wire import (
     Answer,

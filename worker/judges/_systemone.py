@@ -3,7 +3,7 @@
 ``POST {base}/v1/systemone`` with ``Authorization: Bearer <key>``. A 2xx body must pass the wire
 model *and* the strict rules (docs/semantics.md §7.2), else :class:`InvalidReply` keeps whatever
 model and usage could be read (so the evaluator still accounts for tokens that were billed). HTTP
-and transport failures are :class:`JudgeError` (see :mod:`worker.judges._http` for retries and
+and transport failures are :class:`JudgeError` (see :mod:`worker.judges._endpoint` for retries and
 translation).
 """
 
@@ -16,9 +16,11 @@ import httpx
 
 from worker.canonical_json import compact_json
 
+from ._endpoint import JsonEndpoint, check_api_key, check_base_url
 from ._errors import InvalidReply
-from ._http import DEFAULT_MAX_REPLY_BYTES, JsonEndpoint, RetryPolicy, check_api_key, check_base_url
+from ._retry import RetryPolicy
 from ._strict import StrictJsonError, check_model, read_usage, strict_loads
+from ._transport import DEFAULT_MAX_REPLY_BYTES
 from ._validation import validate_response
 from ._wire import JudgeRequest, JudgeResponse, Usage
 
