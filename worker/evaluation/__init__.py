@@ -13,9 +13,11 @@ own cancellation propagates (and then no report is produced): a caller that pass
 
 from worker.canonical_json import canonical_json, freeze, json_size, thaw
 
-from ._evaluator import Entry, Evaluator, Limits, Progress, Report, RequestUsage
+from ._evaluator import Evaluator, Progress
+from ._limits import Limits
 from ._metric import ID_PATTERN, Metric, check_id
 from ._metrics import agent_metrics
+from ._report import Entry, Report, RequestUsage
 from ._result import MetricResult, Reason, Status, Thresholds
 from ._runner import (
     Case,

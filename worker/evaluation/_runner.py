@@ -26,7 +26,8 @@ from pydantic import (
 )
 
 from . import _trace
-from ._evaluator import Evaluator, Report
+from ._evaluator import Evaluator
+from ._report import Report
 from ._result import Status
 
 if TYPE_CHECKING:
