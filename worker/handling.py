@@ -56,7 +56,7 @@ from worker.evaluation import Entry, Reason, Report, Status, Trace
 from worker.evaluation import RequestUsage as ReportUsage
 from worker.judges import Usage
 from worker.metric_sets import MetricSet, UnknownMetricSetError
-from worker.runtime import Outcome, Runtime
+from worker.runtime import FinishedEvaluation, Runtime
 from worker.store import (
     EvaluationRecord,
     MetricResultRecord,
@@ -308,8 +308,8 @@ class _Job:
         return evaluation_id_for(self.snapshot_id, self.metric_set.version)
 
 
-def _evaluation_record(rt: Runtime, job: _Job, outcome: Outcome) -> EvaluationRecord:
-    settings, report = rt.settings, outcome.report
+def _evaluation_record(rt: Runtime, job: _Job, finished: FinishedEvaluation) -> EvaluationRecord:
+    settings, report = rt.settings, finished.report
     model = _answering_model(report, rt.judge_model)
     # elapsed_s runs from the evaluation's start (its budget's start) to the hand-over of the
     # record, so the stored value bounds "recorded within budget + margin" honestly.
@@ -322,7 +322,7 @@ def _evaluation_record(rt: Runtime, job: _Job, outcome: Outcome) -> EvaluationRe
         synthetic=settings.judge.value == "synthetic",
         requests=report.requests,
         usage=tuple(_usage_record(u) for u in report.usage),
-        elapsed_s=time.monotonic() - outcome.started_s,
+        elapsed_s=time.monotonic() - finished.started_s,
         lane=job.lane.value,
         results=_results(report, job.metric_set, job.trace, model),
         outcome_criteria=settings.outcome_criteria,
@@ -462,8 +462,8 @@ class Handler:
     async def _evaluated(self, job: _Job, message: _Message) -> None:
         try:
             urgent = job.lane is Lane.LIVE
-            outcome = await self.rt.evaluate(job.trace, job.metric_set.name, urgent=urgent)
-            record = _evaluation_record(self.rt, job, outcome)
+            finished = await self.rt.evaluate(job.trace, job.metric_set.name, urgent=urgent)
+            record = _evaluation_record(self.rt, job, finished)
         except Exception as exc:  # noqa: BLE001 - a bug: kept as a dead letter, never looped
             _log.error(
                 "evaluation failed: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__
@@ -480,7 +480,7 @@ class Handler:
             metrics.observe_dead_letter(DeadLetterCode.INTERNAL_ERROR.value, job.lane.value)
             return
         written = await self.committer.write(record, job.content, urgent=job.lane is Lane.LIVE)
-        _observe(job, record, outcome.report, written.created)
+        _observe(job, record, finished.report, written.created)
 
     # -- writing --------------------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ __all__ = [
     "GC_GEN0_THRESHOLD",
     "STORE_THREADS",
     "SWITCH_INTERVAL_S",
-    "Outcome",
+    "FinishedEvaluation",
     "Runtime",
     "configured_metric_set",
     "current",
@@ -161,8 +161,10 @@ def lower_priority(nice: int) -> None:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class FinishedEvaluation:
     """One finished evaluation: the report, when it started, and whether the backstop ended it.
+
+    (Not an outcome event: those are :class:`producer.snapshot.OutcomeEvent`.)
 
     ``started_s`` is ``time.monotonic()`` when the evaluation got its slot (its budget's start).
     """
@@ -239,7 +241,9 @@ class Runtime:
 
     # -- evaluation ----------------------------------------------------------------------------
 
-    async def evaluate(self, trace: Trace, name: str, *, urgent: bool = False) -> Outcome:
+    async def evaluate(
+        self, trace: Trace, name: str, *, urgent: bool = False
+    ) -> FinishedEvaluation:
         """Evaluate ``trace`` with metric set ``name`` once a slot is free (on the loop).
 
         ``urgent`` (a live snapshot) takes the next free slot before waiting backfill ones.
@@ -259,11 +263,11 @@ class Runtime:
                 _log.warning("evaluation backstop: %s", Reason.TIMEOUT)
                 elapsed_s = time.monotonic() - started
                 report = evaluator.interrupted_report(trace, progress, elapsed_s)
-                return Outcome(report, started_at, started, backstop=True)
+                return FinishedEvaluation(report, started_at, started, backstop=True)
             except asyncio.CancelledError:
                 task.cancel()
                 raise
-            return Outcome(report, started_at, started, backstop=False)
+            return FinishedEvaluation(report, started_at, started, backstop=False)
 
     def _abandon(self, task: asyncio.Future[Report]) -> None:
         """Cancel a runaway evaluation and keep a reference until it really ends."""
