@@ -52,8 +52,7 @@ from worker import metrics
 from worker.canonical_json import compact_json, frozen_json
 from worker.committer import Committer
 from worker.dead_letters import DeadLetterCode, raw_bytes, record_dead_letter
-from worker.evaluation import Entry, Reason, Report, Status, Trace
-from worker.evaluation import RequestUsage as ReportUsage
+from worker.evaluation import Entry, Reason, Report, RequestUsage, Status, Trace
 from worker.judges import Usage
 from worker.metric_sets import MetricSet, UnknownMetricSetError
 from worker.runtime import FinishedEvaluation, Runtime
@@ -61,11 +60,11 @@ from worker.store import (
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
-    RequestUsage,
     SnapshotText,
     StoreError,
     TallyRecord,
     TransientStoreError,
+    UsageRecord,
     evaluation_id_for,
 )
 
@@ -274,17 +273,17 @@ def _results(
     return tuple(rows)
 
 
-def _usage_record(entry: ReportUsage) -> RequestUsage:
+def _usage_record(entry: RequestUsage) -> UsageRecord:
     """The stored form of one response's usage: its model and its usage object as JSON."""
     usage = entry.usage
     if usage is None:
-        return RequestUsage.counted(entry.model, None)
+        return UsageRecord.counted(entry.model, None)
     # Usage's own fields, read directly: exact ints dump to JSON as themselves, and model_dump
     # cost ~2 us a response.
     counts = dict(usage.__dict__)
     if type(usage) is not Usage or not all(type(count) is int for count in counts.values()):
         counts = usage.model_dump(mode="json")
-    return RequestUsage.counted(entry.model, counts)
+    return UsageRecord.counted(entry.model, counts)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from worker.judges.testing import (
     stall,
     status,
 )
-from worker.store import MetricResultRecord, RequestUsage, Store, StoredEvaluation, open_store
+from worker.store import MetricResultRecord, Store, StoredEvaluation, UsageRecord, open_store
 
 pytestmark = pytest.mark.services
 
@@ -132,7 +132,7 @@ def _recorded(store: Store, url: str, snapshot_id: str) -> Callable[[], bool]:
     return lambda: _evaluation(store, url, snapshot_id) is not None
 
 
-def _check_usage(case: Case, usage: tuple[RequestUsage, ...]) -> None:
+def _check_usage(case: Case, usage: tuple[UsageRecord, ...]) -> None:
     if case.usage == "none":
         assert usage == (), case.name  # no reply arrived: nothing to account for, never zero
     elif case.usage == "unknown":

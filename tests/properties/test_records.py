@@ -30,14 +30,14 @@ from worker.evaluation import (
     Limits,
     MetricResult,
     Report,
+    RequestUsage,
     Status,
     Thresholds,
     Trace,
 )
-from worker.evaluation import RequestUsage as ReportUsage
 from worker.judges import SyntheticJudge, Usage
 from worker.metric_sets import MetricSet, build_metric_set
-from worker.store import EvaluationRecord, MetricResultRecord, RequestUsage
+from worker.store import EvaluationRecord, MetricResultRecord, UsageRecord
 from worker.store._writes import _evaluation_params, _Facts, _result_rows, _string_list_json
 
 _finite = st.floats(min_value=0, max_value=1, allow_nan=False)
@@ -149,7 +149,7 @@ _usage_json = st.dictionaries(
     st.text(max_size=6), st.one_of(st.integers(), st.booleans(), st.none(), _finite), max_size=3
 )
 _request_usage = st.builds(
-    RequestUsage, model=st.none() | st.text(max_size=6), usage=st.none() | _usage_json
+    UsageRecord, model=st.none() | st.text(max_size=6), usage=st.none() | _usage_json
 )
 
 
@@ -326,11 +326,11 @@ def test_checked_evaluation_records_sort_criteria() -> None:
     ),
 )
 def test_counted_usage_equals_validated_usage(model: Any, usage: Any) -> None:
-    """RequestUsage.counted builds the validated record, and refuses what validation refuses."""
+    """UsageRecord.counted builds the validated record, and refuses what validation refuses."""
     _same_or_both_refused(
-        RequestUsage,
-        lambda: RequestUsage(model=model, usage=usage),
-        lambda: RequestUsage.counted(model, usage),
+        UsageRecord,
+        lambda: UsageRecord(model=model, usage=usage),
+        lambda: UsageRecord.counted(model, usage),
     )
 
 
@@ -344,9 +344,9 @@ def test_task_usage_records_equal_dumped_usage(
 ) -> None:
     """The task's usage record equals the record built from the usage's JSON dump."""
     usage = None if counts is None else Usage(input_tokens=counts[0], output_tokens=counts[1])
-    entry = ReportUsage(model=model, usage=usage)
+    entry = RequestUsage(model=model, usage=usage)
     dumped = None if usage is None else usage.model_dump(mode="json")
-    _same_record(handling._usage_record(entry), RequestUsage(model=model, usage=dumped))
+    _same_record(handling._usage_record(entry), UsageRecord(model=model, usage=dumped))
 
 
 _VALID_RESULT = {
@@ -389,8 +389,8 @@ def test_checked_result_records_equal_validated_records(fields: dict[str, Any]) 
 def test_assembled_records_match_model_construct() -> None:
     """assemble sets exactly the instance state pydantic's model_construct sets."""
     values = {"model": "m", "usage": freeze({"a": 1})}
-    built = assemble(RequestUsage, dict(values), {"model", "usage"})
-    constructed = RequestUsage.model_construct(**values)
+    built = assemble(UsageRecord, dict(values), {"model", "usage"})
+    constructed = UsageRecord.model_construct(**values)
     for slot in (
         "__dict__",
         "__pydantic_fields_set__",

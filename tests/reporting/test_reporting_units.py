@@ -36,10 +36,10 @@ from worker.store import (
     Checkpoint,
     EvaluationRow,
     LinkedOutcome,
-    RequestUsage,
     ResultCount,
     ResultRow,
     SnapshotLabels,
+    UsageRecord,
 )
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -89,7 +89,7 @@ def _evaluation(evaluation_id: str, elapsed_s: float, **fields: Any) -> Evaluati
         "judge_model": "m",
         "synthetic": False,
         "requests": 1,
-        "usage": (RequestUsage(model="m", usage={"input_tokens": 10, "output_tokens": 2}),),
+        "usage": (UsageRecord(model="m", usage={"input_tokens": 10, "output_tokens": 2}),),
         "elapsed_s": elapsed_s,
         "lane": "live",
         "created_at": NOW,
@@ -269,7 +269,7 @@ def test_latency_usage_and_judges_from_evaluation_rows() -> None:
     """Nearest-rank latency, incomplete usage when a response had none, judges listed."""
     evaluations = [_evaluation(str(i), elapsed_s=i / 10) for i in range(1, 11)]
     evaluations.append(
-        _evaluation("x", 2.0, requests=2, usage=(RequestUsage(model="m", usage=None),))
+        _evaluation("x", 2.0, requests=2, usage=(UsageRecord(model="m", usage=None),))
     )
     report = _report([], evaluations=evaluations)
     assert report.latency.p50_ms == pytest.approx(600.0)

@@ -15,8 +15,8 @@ from worker.store import (
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
-    RequestUsage,
     SnapshotRecord,
+    UsageRecord,
 )
 
 __all__ = [
@@ -109,8 +109,8 @@ def evaluation_record(
         synthetic=False,
         requests=2,
         usage=(
-            RequestUsage(model="judge-m", usage={"input_tokens": 120, "output_tokens": 7}),
-            RequestUsage(model=None, usage=None),
+            UsageRecord(model="judge-m", usage={"input_tokens": 120, "output_tokens": 7}),
+            UsageRecord(model=None, usage=None),
         ),
         elapsed_s=1.25,
         lane="live",

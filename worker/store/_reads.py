@@ -18,11 +18,11 @@ from ._records import (
     MetricResultRecord,
     OutcomeLink,
     OutcomeRecord,
-    RequestUsage,
     ResultRow,
     SampledOutCount,
     SnapshotRecord,
     StoredEvaluation,
+    UsageRecord,
     UtcTime,
 )
 from ._schema import BYTEWISE
@@ -331,7 +331,7 @@ class EvaluationRow(BaseModel):
     judge_model: str | None
     synthetic: bool
     requests: int
-    usage: tuple[RequestUsage, ...]
+    usage: tuple[UsageRecord, ...]
     elapsed_s: float
     lane: str
     created_at: UtcTime

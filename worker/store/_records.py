@@ -40,7 +40,6 @@ __all__ = [
     "OutcomeRecord",
     "OutcomeWritten",
     "PurgeSummary",
-    "RequestUsage",
     "ResultRow",
     "SampledOutCount",
     "SnapshotMeta",
@@ -49,6 +48,7 @@ __all__ = [
     "StoredEvaluation",
     "TallyRecord",
     "TallyRowRecord",
+    "UsageRecord",
     "Written",
     "evaluation_id_for",
 ]
@@ -197,15 +197,15 @@ class SnapshotRecord(_Record):
 # --- evaluations -----------------------------------------------------------------------------
 
 
-class RequestUsage(_Record):
+class UsageRecord(_Record):
     """Usage of one judge request: the model that answered and its usage object (or None)."""
 
     model: str | None = None
     usage: FrozenJson = None
 
     @classmethod
-    def counted(cls, model: str | None, usage: Mapping[str, Any] | None) -> RequestUsage:
-        """``RequestUsage(model=model, usage=usage)``; cheap for a name and a dict of int counts.
+    def counted(cls, model: str | None, usage: Mapping[str, Any] | None) -> UsageRecord:
+        """``UsageRecord(model=model, usage=usage)``; cheap for a name and a dict of int counts.
 
         A dict of exact ints freezes to a read-only copy of itself; anything else is validated.
         """
@@ -395,7 +395,7 @@ class EvaluationRecord(_Record):
     judge_model: str | None = None
     synthetic: bool
     requests: int = Field(ge=0)
-    usage: tuple[RequestUsage, ...] = ()
+    usage: tuple[UsageRecord, ...] = ()
     elapsed_s: float = Field(ge=0, allow_inf_nan=False)
     lane: Text
     results: tuple[MetricResultRecord, ...]
@@ -418,7 +418,7 @@ class EvaluationRecord(_Record):
 
         Every rule of the model is checked here on exact types, with ``results`` and ``usage``
         tuples of records built by their own rules (:meth:`MetricResultRecord.checked`,
-        :meth:`RequestUsage.counted`: validation keeps record instances as they are); anything
+        :meth:`UsageRecord.counted`: validation keeps record instances as they are); anything
         else is validated as usual, so what validation refuses is still refused (measured:
         validating was ~11 us of a worker's record).
         """
@@ -488,7 +488,7 @@ def _evaluation_scalars_ok(values: dict[str, Any]) -> bool:
 def _evaluation_parts_ok(values: dict[str, Any]) -> bool:
     results, criteria = values["results"], values["outcome_criteria"]
     return (
-        _all_of(RequestUsage, values["usage"])
+        _all_of(UsageRecord, values["usage"])
         and _all_of(MetricResultRecord, results)
         and len({r.metric_id for r in results}) == len(results)
         and type(criteria) is tuple

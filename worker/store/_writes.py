@@ -22,9 +22,9 @@ from ._records import (
     OutcomeRecord,
     OutcomeWritten,
     PurgeSummary,
-    RequestUsage,
     StoredSnapshot,
     TallyRecord,
+    UsageRecord,
     Written,
 )
 
@@ -164,7 +164,7 @@ def _evaluation_params(
     }
 
 
-def _usage_json(usage: tuple[RequestUsage, ...]) -> str:
+def _usage_json(usage: tuple[UsageRecord, ...]) -> str:
     """``canonical_json`` of the usage records' JSON dumps, from their fields.
 
     The same text: the encoder prints frozen JSON as its thawed form, and a record's model is a
