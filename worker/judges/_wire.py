@@ -66,7 +66,7 @@ class _Wire(BaseModel):
 
 
 class _StrictWire(_Wire):
-    # Answers are parsed strictly: "0.9" or true is not a probability (semantics §7.5 rule 4).
+    # Answers are parsed strictly: "0.9" or true is not a probability (semantics §7.5 rule 6).
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
