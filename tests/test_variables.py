@@ -27,6 +27,7 @@ DELIBERATE_TYPOS = frozenset(
 )
 """Names written on purpose as examples of what is refused (tests, the README)."""
 
+
 def _files() -> Iterator[Path]:
     for folder in SCANNED:
         for path in sorted((ROOT / folder).rglob("*")):
