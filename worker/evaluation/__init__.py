@@ -16,6 +16,7 @@ from worker.canonical_json import canonical_json, freeze, json_size, thaw
 from ._evaluator import Entry, Evaluator, Limits, Progress, Report, RequestUsage
 from ._metric import ID_PATTERN, Metric, check_id
 from ._metrics import agent_metrics
+from ._proposed_call import CallAppropriate, CallValid, tool_call_metrics
 from ._result import MetricResult, Reason, Status, Thresholds
 from ._runner import (
     Case,
@@ -29,11 +30,14 @@ from ._runner import (
     run_dataset,
 )
 from ._sentences import split_sentences
+from ._tool_execution import ToolExecution
 from ._trace import Trace
 from ._trajectory import MatchMode, trajectory_match
 
 __all__ = [
     "ID_PATTERN",
+    "CallAppropriate",
+    "CallValid",
     "Case",
     "DatasetLatency",
     "DatasetReport",
@@ -54,6 +58,7 @@ __all__ = [
     "Summary",
     "SummaryCounter",
     "Thresholds",
+    "ToolExecution",
     "Trace",
     "agent_metrics",
     "canonical_json",
@@ -63,5 +68,6 @@ __all__ = [
     "run_dataset",
     "split_sentences",
     "thaw",
+    "tool_call_metrics",
     "trajectory_match",
 ]
