@@ -55,7 +55,7 @@ from worker.dead_letters import DeadLetterCode, raw_bytes, record_dead_letter
 from worker.evaluation import Entry, Reason, Report, Status, Trace
 from worker.evaluation import RequestUsage as ReportUsage
 from worker.judges import Usage
-from worker.metric_sets import MetricSet, UnknownMetricSetError
+from worker.metric_sets import MetricSet, UnknownMetricSetError, set_for_unit
 from worker.runtime import Outcome, Runtime
 from worker.store import (
     EvaluationRecord,
@@ -412,7 +412,9 @@ class Handler:
         decoded = _decoded(item)
         trace = _project(decoded.snapshot)
         try:
-            metric_set, _ = self.rt.metric_set(decoded.snapshot.metric_set)
+            snapshot = decoded.snapshot
+            name = set_for_unit(snapshot.metric_set, snapshot.unit.kind.value)
+            metric_set, _ = self.rt.metric_set(name)
         except UnknownMetricSetError:
             raise RefusedError(DeadLetterCode.UNKNOWN_METRIC_SET) from None
         content = SnapshotText.from_wire(decoded.wire, decoded.canonical_text)

@@ -69,7 +69,7 @@ PREFETCH_MULTIPLIER = 2
 """Unacked messages a consumer process holds per evaluation slot (Celery prefetch multiplier)."""
 BACKSTOP_MARGIN_S = 2.0
 """Slack above the engine budget before the task's own backstop fires (planning, store, loop)."""
-METRIC_SET_NAMES = ("agent", "agent+trajectory")
+METRIC_SET_NAMES = ("agent", "agent+trajectory", "tool_call")
 _BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp", "sentinel")
 _STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
 
