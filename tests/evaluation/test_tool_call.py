@@ -16,6 +16,7 @@ import pytest
 
 from producer import Snapshot, read_snapshots
 from tests.evaluation.engine_kit import ScriptedJudge, make_trace
+from tests.evaluation.tool_call_kit import FIRST_RESULT, LOOKUP, SECOND_RESULT, orders_record
 from worker.canonical_json import thaw
 from worker.evaluation import (
     CallAppropriate,
@@ -34,42 +35,6 @@ from worker.judges import ChoiceAnswer, JudgeRequest, JudgeResponse, Usage
 from worker.metric_sets import build_metric_set, set_for_unit
 
 THRESHOLDS = Thresholds(0.2, 0.8)
-FIRST_RESULT = "processing RESULT-ONE-5c1e"
-SECOND_RESULT = "cancel failed RESULT-TWO-9b7d"
-ORDER_SCHEMA = {
-    "type": "object",
-    "properties": {"order_id": {"type": "string"}},
-    "required": ["order_id"],
-}
-LOOKUP = {"name": "lookup_order", "description": "Look up an order.", "parameters": ORDER_SCHEMA}
-CANCEL = {"name": "cancel_order", "description": "Cancel an order.", "parameters": ORDER_SCHEMA}
-
-
-def orders_record() -> dict[str, Any]:
-    """Look up order 42 (ok), then cancel it (error); cancel_order is offered only in round 2."""
-    messages = [
-        {"role": "USER", "text": "Cancel order 42 if it has not shipped."},
-        {"role": "ASSISTANT", "text": ""},
-        {"role": "ASSISTANT", "text": ""},
-        {"role": "ASSISTANT", "text": "I could not cancel order 42."},
-    ]
-    calls = [
-        {"id": "c1", "name": "lookup_order", "arguments": {"order_id": "42"}, "message_index": 1,
-         "result": FIRST_RESULT, "result_state": "SUCCESS"},
-        {"id": "c2", "name": "cancel_order", "arguments": {"order_id": "42"}, "message_index": 2,
-         "result": SECOND_RESULT, "result_state": "ERROR"},
-    ]  # fmt: skip
-    rounds = [
-        {"after_message_count": 1, "tools": [LOOKUP]},
-        {"after_message_count": 2, "tools": [LOOKUP, CANCEL]},
-    ]
-    fields = {
-        "available_tools": [LOOKUP],
-        "available_tool_snapshots": rounds,
-        "messages": messages,
-        "tool_calls": calls,
-    }
-    return {"id": "orders", "fields": fields}
 
 
 def _snapshots(tmp_path: Path, unit: str, *records: dict[str, Any]) -> list[Snapshot]:
