@@ -64,12 +64,13 @@ def _proposed(trace: Trace) -> Mapping[str, Any]:
 class CallAppropriate(FieldMetric):
     """Was the proposed call the right next step, given only what was visible before it?
 
-    SKIPPED ``MISSING_FIELDS`` without a request, a catalog or a proposed call (an invocation
-    snapshot has no ``proposed_call``). One question ``q``, a choice among ``correct``,
-    ``unnecessary``, ``wrong_tool``, ``wrong_arguments``. DECIDED (passed = ``correct``) when
-    the judge's confidence reaches the pass threshold, else INCONCLUSIVE (abstention); the
-    score is P(correct). The judge's reply is validated by the evaluator like every judged
-    metric's (a malformed one is ERROR ``INVALID_RESPONSE``).
+    SKIPPED ``MISSING_FIELDS`` unless every required field is present (an invocation snapshot
+    has no ``proposed_call``; a snapshot's trace always has ``messages`` and ``tool_calls``).
+    One question ``q``, a choice among ``correct``, ``unnecessary``, ``wrong_tool``,
+    ``wrong_arguments``. DECIDED (passed = ``correct``) when the judge's confidence reaches the
+    pass threshold, else INCONCLUSIVE (abstention); the score is P(correct). The judge's reply
+    is validated by the evaluator like every judged metric's (a malformed one is ERROR
+    ``INVALID_RESPONSE``).
     """
 
     id = "call_appropriate"
