@@ -15,10 +15,11 @@ copies only those two keys). ``available_tools`` is the catalog available at tha
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from worker.canonical_json import thaw
+from worker.canonical_json import canonical_json, thaw
 from worker.judges import Answer, ChoiceQuestion, Question
 
 from ._agent import FieldMetric, invalid, read_choice
@@ -185,11 +186,10 @@ def _failed(label: str, reason: str, evidence: dict[str, Any]) -> MetricResult:
 
 
 def _validated(parameters: object, arguments: Mapping[str, Any]) -> MetricResult:
-    # jsonschema's type checks want dict/list: the trace's read-only values are thawed first.
-    schema = {} if parameters is None else thaw(parameters)
-    validator = _validator(schema)
+    validator = _validator(canonical_json({} if parameters is None else parameters))
     if validator is None:
         return scored(Status.INCONCLUSIVE, None, None, None, Reason.INVALID_SCHEMA, {})
+    # jsonschema's type checks want dict/list: the trace's read-only values are thawed first.
     errors = list(validator.iter_errors(thaw(arguments)))
     if errors:
         keywords = sorted({str(error.validator) for error in errors})
@@ -198,25 +198,22 @@ def _validated(parameters: object, arguments: Mapping[str, Any]) -> MetricResult
     return scored(Status.DECIDED, 1.0, True, "valid", Reason.VALID, {})
 
 
-def _validator(schema: object) -> Validator | None:
-    """A validator for ``schema``, or ``None`` when it is not a valid JSON Schema."""
-    from jsonschema import SchemaError, validators  # noqa: PLC0415 - producers never load it
+@functools.lru_cache(maxsize=256)
+def _validator(schema_text: str) -> Validator | None:
+    """A validator for a schema (its canonical JSON: catalogs repeat across snapshots), or
+    ``None`` when it is not a valid JSON Schema object."""
+    # Imported here: producers load the engine, and need not load jsonschema with it.
+    from jsonschema import Draft202012Validator, SchemaError, validators  # noqa: PLC0415
 
+    schema = json.loads(schema_text)
     if not isinstance(schema, dict):  # tool parameters are an object schema (bool: not a tool's)
         return None
-    cls = validators.validator_for(schema, default=_default_draft())
+    cls = validators.validator_for(schema, default=Draft202012Validator)
     try:
         cls.check_schema(schema)
     except SchemaError:
         return None
     return cls(schema)
-
-
-@functools.cache
-def _default_draft() -> Any:
-    from jsonschema import Draft202012Validator  # noqa: PLC0415 - see _validator
-
-    return Draft202012Validator
 
 
 def tool_call_metrics(thresholds: Thresholds) -> list[CallAppropriate | CallValid]:
