@@ -31,7 +31,7 @@ from worker.evaluation import Trace
 
 from ._events import Event, ToolRound, ToolSpec
 
-__all__ = ["project"]
+__all__ = ["project", "session_requests"]
 
 
 def project(
@@ -155,3 +155,19 @@ def _rounds(rounds: Iterable[ToolRound], positions: dict[str, int]) -> list[dict
         for r in rounds
         if r.event_id in positions
     ]
+
+
+def session_requests(trace: Trace) -> Trace:
+    """``trace`` judged as a session: ``request`` is its first user request (a non-blank user
+    message, as the engine reads requests) and ``last_request`` its last one."""
+    messages = trace.list("messages")
+    users = [
+        text
+        for m in messages
+        if isinstance(m, Mapping)
+        and m.get("role") == "USER"
+        and isinstance(text := m.get("text"), str)
+        and text.strip()
+    ]
+    first, last = (users[0], users[-1]) if users else ("", "")
+    return trace.extended({"request": first, "last_request": last})

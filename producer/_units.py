@@ -9,14 +9,18 @@
   agent event (call, result or assistant), so a dangling call stays visible (the projection flags
   it PENDING_TOOL_CALL).
 - ``session``: all events through the last one; rule ``session_end``; ``unit.event_id`` is the
-  last user message (the judged turn), earlier turns are context.
+  last user message (where the session stands; outcomes link by it). The judged ``request`` of
+  a session is its *first* user request, the one the session set out to serve; the trace also
+  carries the last one as ``last_request`` (see :meth:`Snapshot.trace`).
 - ``tool_call``: one snapshot per proposed call, within its invocation, cut just before the
   assistant step that proposed it: the call itself, its sibling calls from the same step, and
   everything after are excluded (a sibling's pending call must not make the window incomplete,
   and its result must not leak). ``unit.event_id`` is the judged call's event id; the cutoff is
   the event before the proposing step (rule ``before_tool_call``). The call's own content is
-  not evidence: a metric finds it by ``unit.event_id`` in the full trace it was cut from, which
-  the current contract does not carry (see the importer report to the lead).
+  not evidence: it rides in ``unit.call`` (name and arguments, never its result), and the
+  snapshot's ``tools`` is the catalog offered to the model call that proposed it (its round's
+  catalog when the trace records rounds, else the trace's catalog), so call-level metrics
+  judge the call against what was available at that position.
 - ``through_event``: an explicit cutoff event id, within the invocation that contains it.
 
 ``Window.cutoff_time`` is the latest timestamp among the included events (the cutoff event's
@@ -37,6 +41,7 @@ from producer.snapshot import (
     EventType,
     Snapshot,
     ToolRound,
+    ToolSpec,
     Unit,
     UnitRef,
     Window,
@@ -165,7 +170,7 @@ def _window_indices(events: Sequence[Event], start: int, end: int) -> list[int]:
 def _invocation(trace: ParsedTrace, span: Span) -> Snapshot:
     indices = _window_indices(trace.events, span.start, span.end)
     unit = UnitRef(kind=Unit.INVOCATION, event_id=trace.events[span.request].id)
-    return _snapshot(trace, indices, unit, WindowRule.INVOCATION_END)
+    return _snapshot(trace, indices, unit, WindowRule.INVOCATION_END, trace.tools)
 
 
 def _session(trace: ParsedTrace) -> list[Snapshot]:
@@ -174,7 +179,7 @@ def _session(trace: ParsedTrace) -> list[Snapshot]:
         raise NotReadyError("NO_EVENTS")
     users = [e.id for e in events if e.type is EventType.USER]
     unit = UnitRef(kind=Unit.SESSION, event_id=users[-1] if users else None)
-    return [_snapshot(trace, list(range(len(events))), unit, WindowRule.SESSION_END)]
+    return [_snapshot(trace, list(range(len(events))), unit, WindowRule.SESSION_END, trace.tools)]
 
 
 def _tool_calls(trace: ParsedTrace, span: Span) -> list[Snapshot]:
@@ -194,8 +199,26 @@ def _tool_calls(trace: ParsedTrace, span: Span) -> list[Snapshot]:
             arguments=call.arguments,
         )
         unit = UnitRef(kind=Unit.TOOL_CALL, event_id=call.id, call=proposed)
-        snapshots.append(_snapshot(trace, indices, unit, WindowRule.BEFORE_TOOL_CALL))
+        tools = _catalog_at(trace, step)
+        snapshots.append(_snapshot(trace, indices, unit, WindowRule.BEFORE_TOOL_CALL, tools))
     return snapshots
+
+
+def _catalog_at(trace: ParsedTrace, step: int) -> tuple[ToolSpec, ...] | None:
+    """The catalog of the latest round at or before ``step`` (its own round's, when recorded).
+
+    A round's event starts that model call's output, so the proposing step's round sits at
+    ``step`` itself; without rounds (or none that early) it is the trace's catalog.
+    """
+    if trace.tool_rounds is None:
+        return trace.tools
+    index = {event.id: i for i, event in enumerate(trace.events)}
+    offered = [
+        (index[r.event_id], r.tools)
+        for r in trace.tool_rounds
+        if r.event_id in index and index[r.event_id] <= step
+    ]
+    return max(offered, key=lambda pair: pair[0])[1] if offered else trace.tools
 
 
 def _step_start(events: Sequence[Event], start: int, call_index: int) -> int:
@@ -222,14 +245,21 @@ def _through(trace: ParsedTrace, cutoff_event_id: str | None) -> Snapshot:
     starts = [first for first, _ in _turn_starts(events) if first <= position]
     if not starts:  # a cutoff before any user message: the whole prefix, no judged request
         unit = UnitRef(kind=Unit.INVOCATION)
-        return _snapshot(trace, list(range(position + 1)), unit, WindowRule.THROUGH_EVENT)
+        prefix = list(range(position + 1))
+        return _snapshot(trace, prefix, unit, WindowRule.THROUGH_EVENT, trace.tools)
     users = [i for i in range(starts[-1], position + 1) if events[i].type is EventType.USER]
     unit = UnitRef(kind=Unit.INVOCATION, event_id=events[users[-1]].id)
     indices = _window_indices(events, starts[-1], position)
-    return _snapshot(trace, indices, unit, WindowRule.THROUGH_EVENT)
+    return _snapshot(trace, indices, unit, WindowRule.THROUGH_EVENT, trace.tools)
 
 
-def _snapshot(trace: ParsedTrace, indices: list[int], unit: UnitRef, rule: WindowRule) -> Snapshot:
+def _snapshot(
+    trace: ParsedTrace,
+    indices: list[int],
+    unit: UnitRef,
+    rule: WindowRule,
+    tools: tuple[ToolSpec, ...] | None,
+) -> Snapshot:
     events = tuple(trace.events[i] for i in indices)
     extras = trace.extras
     return Snapshot(
@@ -238,7 +268,7 @@ def _snapshot(trace: ParsedTrace, indices: list[int], unit: UnitRef, rule: Windo
         unit=unit,
         events=events,
         issues=tuple(trace.issues),  # trace-level codes make every window incomplete
-        tools=trace.tools,
+        tools=tools,
         tool_rounds=_rounds(trace.tool_rounds, events),
         window=Window(rule=rule, cutoff_event_id=events[-1].id, cutoff_time=_latest(events)),
         contexts=extras.contexts,

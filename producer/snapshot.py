@@ -35,7 +35,7 @@ from worker.canonical_json import FrozenJson, canonical_json
 from worker.evaluation import Trace
 
 from ._events import Contract, Event, EventType, ToolRound, ToolSpec, UtcTime
-from ._projection import project
+from ._projection import project, session_requests
 from .topology import (
     ENQUEUED_AT_HEADER,
     EVALUATE_TASK,
@@ -259,9 +259,13 @@ class Snapshot(Contract):
             raise WindowViolation("an event is timestamped after the cutoff time")
 
     def trace(self) -> Trace:
-        """Project the in-window events into an engine :class:`~worker.evaluation.Trace`."""
+        """Project the in-window events into an engine :class:`~worker.evaluation.Trace`.
+
+        A ``session`` unit judges the session's first user request (``request``) and keeps
+        its last one as ``last_request``; other units judge their last user request.
+        """
         self.check_window()
-        return project(
+        trace = project(
             self.trace_id,
             self.events,
             tools=self.tools,
@@ -270,6 +274,7 @@ class Snapshot(Contract):
             evidence={k: v for k in _EVIDENCE if (v := getattr(self, k)) is not None},
             issues=self.issues,
         )
+        return session_requests(trace) if self.unit.kind is Unit.SESSION else trace
 
 
 _EVIDENCE = ("contexts", "claims", "expected_tool_calls")

@@ -15,7 +15,7 @@ import names the most specific module it reaches (``from worker import tasks`` i
 
 Each rule is shown failing on a tree with a planted violation (``tmp_path``), and the light
 imports are checked at run time: importing the contract or the engine loads none of Celery,
-kombu, redis or aiohttp.
+kombu, redis, aiohttp or jsonschema (``call_valid`` loads it when it first validates).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ ENGINE_FOR_PRODUCERS = frozenset({"worker.evaluation", "worker.canonical_json"})
 PURE_LAYERS = ("worker.evaluation", "worker.judges", "worker.store")
 """Libraries that are given everything they need: no queue, no broker, no settings."""
 PURE_FORBIDDEN = ("celery", "kombu", "worker.settings", "worker.broker")
-HEAVY = ("celery", "kombu", "redis", "aiohttp")
+HEAVY = ("celery", "kombu", "redis", "aiohttp", "jsonschema")
 """What importing the contract or the engine must not load."""
 
 ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset()

@@ -55,7 +55,12 @@ def _reference(snapshot: Snapshot) -> Trace:
         issues.extend(event.issues)
         positions[event.id] = _place(messages, positions, event)
     base = Trace.from_messages(snapshot.trace_id, messages, _ref_catalog(snapshot.tools))
-    return base.extended(_ref_extras(snapshot, positions), (*issues, *snapshot.issues))
+    trace = base.extended(_ref_extras(snapshot, positions), (*issues, *snapshot.issues))
+    if snapshot.unit.kind is not Unit.SESSION:
+        return trace
+    users = [m["content"] for m in messages if m["role"] == "user" and (m["content"] or "").strip()]
+    first, last = (users[0], users[-1]) if users else ("", "")
+    return trace.extended({"request": first, "last_request": last})
 
 
 def _place(messages: list[dict[str, Any]], positions: dict[str, int], event: Event) -> int:

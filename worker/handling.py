@@ -54,7 +54,7 @@ from worker.committer import Committer
 from worker.dead_letters import DeadLetterCode, raw_bytes, record_dead_letter
 from worker.evaluation import Entry, Reason, Report, RequestUsage, Status, Trace
 from worker.judges import Usage
-from worker.metric_sets import MetricSet, UnknownMetricSetError
+from worker.metric_sets import MetricSet, UnknownMetricSetError, set_for_unit
 from worker.runtime import FinishedEvaluation, Runtime
 from worker.store import (
     EvaluationRecord,
@@ -411,7 +411,9 @@ class Handler:
         decoded = _decoded(item)
         trace = _project(decoded.snapshot)
         try:
-            metric_set, _ = self.rt.metric_set(decoded.snapshot.metric_set)
+            snapshot = decoded.snapshot
+            name = set_for_unit(snapshot.metric_set, snapshot.unit.kind.value)
+            metric_set, _ = self.rt.metric_set(name)
         except UnknownMetricSetError:
             raise RefusedError(DeadLetterCode.UNKNOWN_METRIC_SET) from None
         content = SnapshotText.from_wire(decoded.wire, decoded.canonical_text)

@@ -14,12 +14,20 @@ retry with more time is not a different question.
 
 Sets:
 
-- ``agent``: the seven JEV agent metrics (one packed judge request on a typical trace).
-- ``agent+trajectory``: the seven plus ``trajectory_match`` (STRICT order, arguments compared),
+- ``agent``: the seven JEV agent metrics (one packed judge request on a typical trace), then
+  ``tool_execution`` (deterministic: how each call of the invocation executed, recorded apart
+  from whether it was the right call).
+- ``agent+trajectory``: ``agent`` plus ``trajectory_match`` (STRICT order, arguments compared),
   which needs ``expected_tool_calls`` on the snapshot and never calls the judge.
+- ``tool_call``: ``call_appropriate`` (judged on the state before the proposed call) and
+  ``call_valid`` (deterministic: the tool is in the catalog and the arguments fit its schema).
+  A snapshot of unit ``tool_call`` that names the default set (``agent``, whose metrics all
+  need a finished invocation) is evaluated with this set: see :func:`set_for_unit`. A snapshot
+  that names another set keeps it.
 
 A configured metric list (``[evaluation] metrics``, :func:`metric_names` are the known ones)
-replaces the seven of ``agent``; ``agent+trajectory`` is that list plus ``trajectory_match``.
+replaces the eight of ``agent``; ``agent+trajectory`` is that list plus ``trajectory_match``;
+``tool_call`` keeps its own two.
 """
 
 from __future__ import annotations
@@ -35,23 +43,31 @@ from worker.evaluation import (
     MatchMode,
     Metric,
     Thresholds,
+    ToolExecution,
     agent_metrics,
+    tool_call_metrics,
     trajectory_match,
 )
 
 __all__ = [
+    "DEFAULT_METRIC_SET",
     "METRIC_SETS",
     "TRAJECTORY_MATCH",
     "MetricSet",
     "UnknownMetricSetError",
     "build_metric_set",
     "metric_names",
+    "set_for_unit",
 ]
 
 TRAJECTORY_MATCH = "trajectory_match"
 """The opt-in metric: never part of the default list, named in ``metrics`` to enable it."""
 _LISTED_SETS = ("agent", "agent+trajectory")
 """The sets a configured metric list defines (other sets keep their own metrics)."""
+DEFAULT_METRIC_SET = "agent"
+"""What a snapshot names unless told otherwise (``Snapshot.metric_set``'s default)."""
+_DEFAULT_BY_UNIT = {"tool_call": "tool_call"}
+"""The set that stands for the default one, by unit (units not listed keep ``agent``)."""
 
 
 class UnknownMetricSetError(ValueError):
@@ -61,7 +77,7 @@ class UnknownMetricSetError(ValueError):
 
 
 def _agent(thresholds: Thresholds) -> tuple[Metric, ...]:
-    return tuple(agent_metrics(thresholds))
+    return (*agent_metrics(thresholds), ToolExecution())
 
 
 def _trajectory() -> Metric:
@@ -74,7 +90,7 @@ def _agent_trajectory(thresholds: Thresholds) -> tuple[Metric, ...]:
 
 @functools.cache
 def metric_names() -> tuple[str, ...]:
-    """Metric ids a configured list may name: the seven agent metrics, then the opt-in ones."""
+    """Metric ids a configured list may name: the agent set's eight, then the opt-in ones."""
     return (*(m.id for m in _agent(Thresholds(0.2, 0.8))), TRAJECTORY_MATCH)
 
 
@@ -93,11 +109,28 @@ def _listed(
     return tuple(chosen)
 
 
+def _tool_call(thresholds: Thresholds) -> tuple[Metric, ...]:
+    return tuple(tool_call_metrics(thresholds))
+
+
 METRIC_SETS: dict[str, Callable[[Thresholds], tuple[Metric, ...]]] = {
     "agent": _agent,
     "agent+trajectory": _agent_trajectory,
+    "tool_call": _tool_call,
 }
 """Builders by name; keep in step with ``worker.settings.METRIC_SET_NAMES``."""
+
+
+def set_for_unit(name: str, unit: str) -> str:
+    """The set a snapshot of ``unit`` naming ``name`` is evaluated with.
+
+    The default name stands for its unit's default set (``tool_call`` for a ``tool_call``
+    unit); any other name is kept as it is. On the wire a default cannot be told from an
+    explicit ``agent``, and the agent metrics would all be SKIPPED on a pre-call window anyway.
+    """
+    if name != DEFAULT_METRIC_SET:
+        return name
+    return _DEFAULT_BY_UNIT.get(unit, name)
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ PREFETCH_MULTIPLIER = 2
 """Unacked messages a consumer process holds per evaluation slot (Celery prefetch multiplier)."""
 BACKSTOP_MARGIN_S = 2.0
 """Slack above the engine budget before the task's own backstop fires (planning, store, loop)."""
-METRIC_SET_NAMES = ("agent", "agent+trajectory")
+METRIC_SET_NAMES = ("agent", "agent+trajectory", "tool_call")
 _BROKER_SCHEMES = ("redis", "rediss", "amqp", "amqps", "pyamqp", "sentinel")
 _STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
 
@@ -161,7 +161,7 @@ def _check_metrics(value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         twice = next(name for name in value if value.count(name) > 1)
         raise ValueError(f"duplicate metric {twice!r}")
     if not value:
-        raise ValueError("at least one metric (omit the key for the seven agent metrics)")
+        raise ValueError("at least one metric (omit the key for the agent set's metrics)")
     return value
 
 
@@ -195,7 +195,7 @@ ConfigVersion = Annotated[str | None, AfterValidator(_check_version)]
 class EvaluationConfig(BaseModel):
     """The ``[evaluation]`` table, validated and frozen: what is evaluated, and how.
 
-    ``metrics`` None means the seven agent metrics (``trajectory_match`` is opt-in);
+    ``metrics`` None means the agent set's metrics (``trajectory_match`` is opt-in);
     ``thresholds`` None means the demo pair, allowed with the synthetic judge only.
     """
 

@@ -64,6 +64,9 @@ def _results(draw: st.DrawFn) -> MetricResult:
     )
 
 
+_AGENT_SIZE = 8  # the agent set: the seven agent metrics and tool_execution
+
+
 @cache
 def _planned() -> tuple[MetricSet, Trace, Report]:
     """The agent set, the example order trace and its (synthetic) report."""
@@ -76,7 +79,10 @@ def _planned() -> tuple[MetricSet, Trace, Report]:
 
 
 @settings(max_examples=examples(60), deadline=None)
-@given(results=st.lists(_results(), min_size=7, max_size=7), model=st.none() | st.text(max_size=8))
+@given(
+    results=st.lists(_results(), min_size=_AGENT_SIZE, max_size=_AGENT_SIZE),
+    model=st.none() | st.text(max_size=8),
+)
 def test_records_built_without_validation_equal_validated_records(
     results: list[MetricResult], model: str | None
 ) -> None:

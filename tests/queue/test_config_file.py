@@ -36,6 +36,8 @@ SEVEN = (
     "completeness",
     "indirect_injection",
 )
+AGENT = (*SEVEN, "tool_execution")
+"""The agent set without a list: the seven agent metrics, then the deterministic tool_execution."""
 EXAMPLE = """\
 [evaluation]
 mode = "shadow"
@@ -82,13 +84,13 @@ def test_the_issue_example_is_read_whole(workdir: Path) -> None:
         config.mode = "off"  # type: ignore[misc]
 
 
-def test_defaults_without_a_file_are_off_and_the_seven(workdir: Path) -> None:
-    """No file: mode off, no version, the seven agent metrics; trajectory_match is opt-in."""
+def test_defaults_without_a_file_are_off_and_the_agent_set(workdir: Path) -> None:
+    """No file: mode off, no version, the agent set's eight metrics; trajectory_match is opt-in."""
     settings = load_settings()
     assert settings.evaluation.mode == "off"
     assert settings.evaluation.version is None
-    assert configured_metric_set(settings, "agent").metric_ids == SEVEN
-    assert metric_names() == (*SEVEN, "trajectory_match")
+    assert configured_metric_set(settings, "agent").metric_ids == AGENT
+    assert metric_names() == (*AGENT, "trajectory_match")
 
 
 def test_environment_beats_the_file_and_flags_beat_both(
@@ -256,10 +258,10 @@ def test_version_metrics_and_thresholds_make_a_new_metric_set_version(workdir: P
     assert _version(workdir, **base, thresholds="[0.3, 0.8]") != first
 
 
-def test_no_version_and_the_seven_keep_the_earlier_metric_set_version(workdir: Path) -> None:
-    """Listing the seven in order without a version is the default set: results are reused."""
+def test_no_version_and_the_agent_list_keep_the_earlier_metric_set_version(workdir: Path) -> None:
+    """Listing the agent set's metrics in order without a version is the default: reused."""
     default = configured_metric_set(load_settings(), "agent").version
-    listed = _version(workdir, metrics=str(list(SEVEN)).replace("'", '"'))
+    listed = _version(workdir, metrics=str(list(AGENT)).replace("'", '"'))
     assert listed == default
     assert default.startswith("agent@")
 

@@ -57,6 +57,7 @@ def test_run_on_a_fresh_directory_with_nothing_configured(workdir: Path) -> None
         "answer_relevancy",
         "completeness",
         "indirect_injection",
+        "tool_execution",
     }
     grounded = data["metrics"]["grounded"]
     assert sum(grounded["by_status"].values()) == 6

@@ -187,8 +187,8 @@ def test_metric_set_version_tracks_what_changes_results() -> None:
     extended = build_metric_set(
         "agent+trajectory", thresholds=Thresholds(0.2, 0.8), judge="synthetic", limits=Limits()
     )
-    assert extended.metric_ids[-1] == "trajectory_match"
-    assert len(extended.metric_ids) == 8
+    assert extended.metric_ids[-2:] == ("tool_execution", "trajectory_match")
+    assert len(extended.metric_ids) == 9
     with pytest.raises(UnknownMetricSetError):
         build_metric_set("nope", thresholds=Thresholds(0.2, 0.8), judge="x", limits=Limits())
 

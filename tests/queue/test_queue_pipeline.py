@@ -78,6 +78,8 @@ def test_slow_judge_records_timeouts_within_budget(
     results = {r.metric_id: r for r in stored.record.results}
     trajectory = results.pop("trajectory_match")
     assert (trajectory.status, trajectory.passed) == ("DECIDED", True)
+    execution = results.pop("tool_execution")  # deterministic too: settled before the judge
+    assert (execution.status, execution.label) == ("DECIDED", "ok")
     assert {(r.status, r.reason) for r in results.values()} == {("ERROR", "TIMEOUT")}
     assert len(results) == 7
     assert all(r.judge_model is None for r in results.values())

@@ -17,6 +17,7 @@ from ._evaluator import Evaluator, Progress
 from ._limits import Limits
 from ._metric import ID_PATTERN, Metric, check_id
 from ._metrics import agent_metrics
+from ._proposed_call import CallAppropriate, CallValid, tool_call_metrics
 from ._report import Entry, Report, RequestUsage
 from ._result import MetricResult, Reason, Status, Thresholds
 from ._runner import (
@@ -31,11 +32,14 @@ from ._runner import (
     run_dataset,
 )
 from ._sentences import split_sentences
+from ._tool_execution import ToolExecution
 from ._trace import Trace
 from ._trajectory import MatchMode, trajectory_match
 
 __all__ = [
     "ID_PATTERN",
+    "CallAppropriate",
+    "CallValid",
     "Case",
     "DatasetLatency",
     "DatasetReport",
@@ -56,6 +60,7 @@ __all__ = [
     "Summary",
     "SummaryCounter",
     "Thresholds",
+    "ToolExecution",
     "Trace",
     "agent_metrics",
     "canonical_json",
@@ -65,5 +70,6 @@ __all__ = [
     "run_dataset",
     "split_sentences",
     "thaw",
+    "tool_call_metrics",
     "trajectory_match",
 ]

@@ -41,6 +41,16 @@ class Reason:
     INVALID_RESPONSE = "INVALID_RESPONSE"
     BACKEND_ERROR = "BACKEND_ERROR"
     TIMEOUT = "TIMEOUT"
+    # the tool-call metrics (call_valid, tool_execution): see their docstrings
+    NO_TOOL_CALLS = "NO_TOOL_CALLS"
+    VALID = "VALID"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    ARGUMENTS_NOT_OBJECT = "ARGUMENTS_NOT_OBJECT"
+    SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
+    INVALID_SCHEMA = "INVALID_SCHEMA"
+    ALL_OK = "ALL_OK"
+    CALL_ERROR = "CALL_ERROR"
+    NO_RESULT = "NO_RESULT"
 
 
 class MetricResult(BaseModel):
