@@ -96,9 +96,7 @@ def run_worker(settings: Settings, *, hostname: str | None = None) -> int:
     preflight(settings)
     if settings.processes > 1:
         return Supervisor(settings, hostname).run()
-    app = create_app(settings)
-    app.worker_main(worker_argv(settings, hostname))
-    return 0
+    return create_app(settings).serve(worker_argv(settings, hostname))
 
 
 # --- producing ---------------------------------------------------------------------------------
