@@ -429,9 +429,11 @@ class Handler:
             done = await self._existing([j.evaluation_id for m in messages for j in m.jobs])
         except StoreError as exc:
             _log.error("store unavailable: %s; messages requeued", exc.code)
+            self.committer.read_failed(exc)
             for message in messages:
                 _settle(message.verdict, Verdict.REQUEUE)
             return
+        self.committer.read_ok()
         for message in messages:
             for job in message.jobs:
                 if job.evaluation_id in done:

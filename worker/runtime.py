@@ -297,7 +297,7 @@ class Runtime:
         """Close the judge's client and the store, and stop the loop."""
         self._closing = True
         aclose = getattr(self.judge, "aclose", None)
-        if aclose is not None:
+        if aclose is not None and self._thread.is_alive():  # a dead loop cannot run it
             try:
                 self.call(aclose(), timeout_s=5.0)
             except Exception as exc:  # noqa: BLE001 - shutdown must go on
