@@ -34,6 +34,7 @@ from producer._report import ReportScope, build_report
 from producer.snapshot import MAX_ITEM_BYTES, SamplingTally, WindowViolation
 from worker.app import create_app
 from worker.broker import broker_transport_options
+from worker.dead_letters import NOT_REDRIVABLE
 from worker.embedded import RedisServer
 from worker.metric_sets import METRIC_SETS
 from worker.runtime import configured_metric_set
@@ -298,14 +299,18 @@ def redrive(
     Each one sent gets a redrive record (after the publish: a crash in between re-sends it next
     time, which the workers' idempotency absorbs). The rest stay open and are reported: a
     payload that cannot be decoded (truncated, not JSON) is skipped, and one that a worker
-    would dead-letter again (an unknown metric set, a window violation, too deep or too large)
-    is "still invalid", never re-enqueued, so repeated redrives converge.
+    would dead-letter again (an unknown metric set, a window violation, too deep or too large,
+    an outcome conflict) is "still invalid", never re-enqueued, so repeated redrives converge.
     """
     examined = redriven = left = 0
     skipped: list[RedriveSkip] = []
     for dead in store.open_dead_letters(reason):
         examined += 1
-        skip = _redrive_one(dead, producer, batch_size)
+        skip = (  # e.g. OUTCOME_CONFLICT: re-sent, it would only come back
+            RedriveSkip(dead.dead_letter_id, dead.reason, dead.reason)
+            if dead.reason in NOT_REDRIVABLE
+            else _redrive_one(dead, producer, batch_size)
+        )
         if skip is None:
             store.record_redrive(dead.dead_letter_id)
             redriven += 1
