@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.services
 
 LIVE = LANE_QUEUES[Lane.LIVE]
 SNAPSHOTS = 5
+EVALQ_WORKER = [sys.executable, "-m", "producer.cli", "worker"]
 
 
 def _env(redis_url: str, store_url: str, **extra: str) -> dict[str, str]:
@@ -106,13 +108,13 @@ def test_a_consumer_crash_exits_1_and_loses_nothing(
 def test_the_supervisor_restarts_with_back_off_then_gives_up_non_zero(
     redis_url: str, store_url: str, store: Store, workdir: Path
 ) -> None:
-    """``evalq worker --processes 2`` whose consumers crash on every start: each exit is
+    """``evalq worker`` (two consumer processes) whose consumers crash on every start: each exit is
     reported and restarted after a doubling wait; past MAX_RESTARTS in the window the worker
     exits 1 saying it gives up. A worker started after the fix records every message once."""
     client = _queued_with_a_broken_registry(redis_url, "supervised")
     try:
         env = _env(redis_url, store_url, processes="2")
-        worker = WorkerProcess(env, workdir / "worker.log")
+        worker = WorkerProcess(env, workdir / "worker.log", EVALQ_WORKER)
         code = _ended(worker, 120)
         assert code == 1, worker.log[-3000:]
         waits = [
