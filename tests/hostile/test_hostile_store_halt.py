@@ -39,11 +39,11 @@ def _evaluations(path: Path) -> int:
     return int(count)
 
 
-def _env(redis_url: str, path: Path, processes: str = "1") -> dict[str, str]:
+def _env(redis_url: str, path: Path, processes: str = "1", lanes: str = "live") -> dict[str, str]:
     return worker_env(
         broker_url=redis_url,
         store_url=f"sqlite:///{path}",
-        lanes="live",
+        lanes=lanes,
         processes=processes,
         store_hold_s=str(HOLD_S),
         restore_interval_s="1",
@@ -88,11 +88,12 @@ def _recorded_by_a_restart(redis_url: str, env: dict[str, str], path: Path, tota
 
 def test_a_replaced_database_halts_the_worker_at_once(redis_url: str, workdir: Path) -> None:
     """The SQLite file replaced under a running worker: no hold, one line STORE_REPLACED, exit
-    75, nothing acked into the old file; a restart records the rest in the new one, once."""
+    75, nothing acked into the old file; a restart records the rest in the new one, once. The
+    worker serves two lanes, so the process has two runtimes: they share one halt."""
     path = workdir / "evalq.db"
     open_store(f"sqlite:///{path}").close()
     before, after = (variants(example_snapshots()["order-42"], 5, p) for p in ("before", "after"))
-    env = _env(redis_url, path)
+    env = _env(redis_url, path, lanes="live,backfill")
     worker = WorkerProcess(env, workdir / "worker.log")
     try:
         worker.wait_ready(60)
