@@ -190,14 +190,14 @@ class Committer:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def read_failed(self, exc: StoreError) -> None:
-        """A store read of the message path failed: halt if the outage outlasted the hold."""
+    def read_failed(self, exc: StoreError, started_s: float) -> None:
+        """A store read of the message path, begun at ``started_s`` (monotonic), failed: halt
+        if the outage, counted from the first failing read's start, outlasted the hold."""
         if not isinstance(exc, TransientStoreError):
             return
-        now = time.monotonic()
         if self._trouble_since_s is None:
-            self._trouble_since_s = now
-        if exc.code == _REPLACED or now - self._trouble_since_s >= self.hold_max_s:
+            self._trouble_since_s = started_s
+        if exc.code == _REPLACED or time.monotonic() - self._trouble_since_s >= self.hold_max_s:
             self._halt(exc, f"store reads failed for more than {self.hold_max_s:g} s")
 
     def read_ok(self) -> None:

@@ -428,11 +428,12 @@ class Handler:
         """Skip-if-done for the whole micro-batch in one query, then evaluate the rest."""
         if not messages:
             return
+        started_s = time.monotonic()
         try:
             done = await self._existing([j.evaluation_id for m in messages for j in m.jobs])
         except StoreError as exc:
             _log.error("store unavailable: %s; messages requeued", exc.code)
-            self.committer.read_failed(exc)
+            self.committer.read_failed(exc, started_s)
             for message in messages:
                 _settle(message.verdict, Verdict.REQUEUE)
             return

@@ -15,13 +15,35 @@ from typing import Any
 
 import pytest
 
+from producer import Lane
+from producer.snapshot import EVALUATE_TASK
+from tests.queue.queue_kit import example_snapshots, variants
 from tests.store._store_helpers import evaluation_record, snapshot_record
+from worker import runtime
 from worker.committer import Committer
+from worker.dead_letters import raw_bytes
 from worker.halt import EXIT_CRASHED, EXIT_HALTED, Halt
+from worker.handling import Delivery, Handler, Verdict
 from worker.judges import SyntheticJudge
 from worker.runtime import Runtime
 from worker.settings import load_settings
 from worker.store import Store, TransientStoreError, open_store
+
+
+class SlowFailingReads:
+    """A real store whose skip-if-done read fails after ``delay_s`` (its own retries, say)."""
+
+    def __init__(self, store: Store, delay_s: float) -> None:
+        self._store = store
+        self.delay_s = delay_s
+
+    def existing_evaluations(self, evaluation_ids: Any) -> Any:
+        del evaluation_ids
+        time.sleep(self.delay_s)
+        raise TransientStoreError("STORE_UNAVAILABLE")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 class FailingStore:
@@ -106,6 +128,21 @@ def test_a_replaced_file_halts_without_holding(store: Store) -> None:
 
 def _end_loop() -> None:
     raise SystemExit(0)
+
+
+def test_a_read_failing_for_longer_than_the_hold_halts(store: Store) -> None:
+    """One skip-if-done read that fails after retrying past the hold: the message is requeued
+    and the runtime halts with STORE_UNAVAILABLE (the outage counts from the read's start)."""
+    rt = _runtime(SlowFailingReads(store, delay_s=0.4))
+    item = variants(example_snapshots()["order-42"], 1, "read")[0].wire()
+    delivery = Delivery(EVALUATE_TASK, (item,), {}, Lane.LIVE, raw_bytes(item))
+    try:
+        with runtime.use(rt):
+            verdicts = rt.call(Handler(rt).handle([delivery]), timeout_s=30)
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.REQUEUE]
+    assert rt.halt.reason == "STORE_UNAVAILABLE"
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
