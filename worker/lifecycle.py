@@ -12,7 +12,8 @@
 - in a child of a multi-process worker, watches its parent: if the supervisor dies, the child
   shuts down warm (its held messages are finished or stay unacked for redelivery);
 - on warm shutdown (``close``, before anything else stops), waits up to the longest message's
-  duration for the messages in flight to be recorded and acked; on ``shutdown`` closes the
+  duration for the messages in flight to be recorded and acked (not after a halt: their writes
+  would fail; they stay unacked and the broker restores them); on ``shutdown`` closes the
   runtime;
 - turns a halt (:mod:`worker.halt`: a store fault past its bound, a replaced SQLite file, a
   loop thread gone; one per process, shared by its runtimes) into Celery's warm shutdown with
@@ -63,6 +64,7 @@ class Lifecycle(bootsteps.StartStopStep):
         super().__init__(c, **kwargs)
         self.exporter: metrics.Exporter | None = None
         self.live_runtime: runtime.Runtime | None = None
+        self.halt: Halt | None = None
 
     def create(self, c: Any) -> None:
         """Build the runtime, handler and intake of this process (before the consumer connects)."""
@@ -88,6 +90,7 @@ class Lifecycle(bootsteps.StartStopStep):
         self.live_runtime = _live_runtime(settings, rt.halt)
         live = None if self.live_runtime is None else Intake(Handler(self.live_runtime), c)
         c.evalq_intake = Intakes(Intake(Handler(rt), c), live)
+        self.halt = rt.halt
         rt.halt.on_stop(_warm_shutdown)
         self._serve_metrics(settings)
         _watch_parent()
@@ -115,6 +118,9 @@ class Lifecycle(bootsteps.StartStopStep):
             return
         intake.flush_pending()
         if not intake.in_flight:
+            return
+        if self.halt is not None and self.halt.reason is not None:  # their writes would fail
+            _log.warning("halted: %d message(s) left unacked for redelivery", intake.in_flight)
             return
         timeout_s = c.app.settings.longest_task_s
         _log.info("waiting up to %.0f s for %d message(s) in flight", timeout_s, intake.in_flight)

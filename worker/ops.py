@@ -36,6 +36,7 @@ from worker.app import create_app
 from worker.broker import broker_transport_options
 from worker.dead_letters import NOT_REDRIVABLE
 from worker.embedded import RedisServer
+from worker.lifecycle import PARENT_ENV
 from worker.metric_sets import METRIC_SETS
 from worker.runtime import configured_metric_set
 from worker.settings import ConfigError, Settings
@@ -92,9 +93,12 @@ def run_worker(settings: Settings, *, hostname: str | None = None) -> int:
 
     The store is checked first, so a worker that could never record anything does not start.
     With ``processes`` > 1 this process supervises that many consumer processes
-    (:mod:`worker.supervisor`); with one it is the consumer.
+    (:mod:`worker.supervisor`); with one it is the consumer. A supervised consumer skips the
+    check (its supervisor made it): a store unreachable when it is restarted ends it with 75,
+    which the supervisor backs off and retries, not with 2, which stops the whole worker.
     """
-    preflight(settings)
+    if not os.environ.get(PARENT_ENV):
+        preflight(settings)
     if settings.processes > 1:
         return Supervisor(settings, hostname).run()
     return create_app(settings).serve(worker_argv(settings, hostname))

@@ -304,7 +304,10 @@ class Runtime:
                 _log.warning("judge close failed: %s", type(exc).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5.0)
-        self.store_threads.shutdown(wait=True, cancel_futures=True)
+        # After a halt a store call may still be retrying the outage (up to the store's retry
+        # timeout): closing the store under it ends it instead of waiting it out.
+        halted = self.halt.reason is not None
+        self.store_threads.shutdown(wait=not halted, cancel_futures=True)
         if self._owns_store:
             self.store.close()
 

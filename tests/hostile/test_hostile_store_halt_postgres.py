@@ -98,3 +98,49 @@ def test_postgres_unreachable_past_the_hold_halts_the_worker(
         "store: PostgreSQL unreachable past EVALQ_STORE_HOLD_S",
         "one line STORE_UNAVAILABLE, exit 75, nothing acked; back: 6/6 recorded once",
     )
+
+
+def test_the_supervisor_backs_off_while_postgres_is_down(
+    fresh_pg: str, redis_url: str, workdir: Path
+) -> None:
+    """Under ``evalq worker`` (two processes) a consumer halted by the outage is restarted; a
+    restart that cannot reach the store exits 75 with one line (not 2, which would stop the
+    worker) and is retried after a longer wait; once the database is back every message is
+    recorded once and the worker serves on."""
+    target = urlsplit(fresh_pg)
+    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
+    env = worker_env(
+        broker_url=redis_url,
+        store_url=_via(proxy, fresh_pg),
+        lanes="live",
+        processes="2",
+        store_hold_s="2",
+        restore_interval_s="1",
+    )
+    snapshots = variants(example_snapshots()["order-42"], 6, "supervised-down")
+    worker = WorkerProcess(env, workdir / "worker.log")
+    try:
+        wait_until(lambda: worker.log.count(" ready.") >= 2, 60, "both consumers ready")
+        proxy.cut()
+        with Producer(redis_url) as producer:
+            for snapshot in snapshots:
+                producer.enqueue(snapshot)
+        wait_until(
+            lambda: "worker cannot start: store STORE_UNAVAILABLE" in worker.log,
+            120,
+            "a restart refused by the store",
+        )
+        assert worker.process.poll() is None
+        proxy.restore()
+        wait_until(lambda: evaluations_in(fresh_pg) == 6, 90, "every message recorded")
+        assert worker.process.poll() is None  # the supervisor serves on
+    finally:
+        worker.stop()
+        proxy.close()
+    assert "invalid configuration" not in worker.log
+    assert "exited (status 75: halted on a store fault, see its log); restarting in" in worker.log
+    record(
+        "evalq worker: PostgreSQL down past the hold",
+        "consumers halt (75), restarts refused by the store exit 75 and are backed off; "
+        "back: 6/6 recorded once",
+    )
