@@ -28,7 +28,7 @@ pytestmark = pytest.mark.services
 
 LIVE = LANE_QUEUES[Lane.LIVE]
 SNAPSHOTS = 5
-EVALQ_WORKER = [sys.executable, "-m", "producer.cli", "worker"]
+WORKER_COMMAND = [sys.executable, "-m", "producer.cli", "worker"]
 
 
 def _env(redis_url: str, store_url: str, **extra: str) -> dict[str, str]:
@@ -114,7 +114,7 @@ def test_the_supervisor_restarts_with_back_off_then_gives_up_non_zero(
     client = _queued_with_a_broken_registry(redis_url, "supervised")
     try:
         env = _env(redis_url, store_url, processes="2")
-        worker = WorkerProcess(env, workdir / "worker.log", EVALQ_WORKER)
+        worker = WorkerProcess(env, workdir / "worker.log", WORKER_COMMAND)
         code = _ended(worker, 120)
         assert code == 1, worker.log[-3000:]
         waits = [
