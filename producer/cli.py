@@ -167,12 +167,14 @@ def worker(
     )
     _broker(settings)
     try:
-        run_worker(settings, hostname=hostname)
+        status = run_worker(settings, hostname=hostname)
     except ConfigError as exc:  # one line, however long (the store's failure line, say)
         _err.print(
             f"[red]invalid configuration:[/red] {exc}", markup=True, highlight=False, soft_wrap=True
         )
         raise typer.Exit(2) from None
+    if status:  # crashed, halted on a store fault (75), or the supervisor gave up (1)
+        raise typer.Exit(status)
 
 
 FormatOpt = Annotated[

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import click
 from celery import Celery
 from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
 from kombu.utils import json as kombu_json
@@ -97,6 +98,24 @@ class EvalqApp(Celery):
         super().__init__("evalq", set_as_current=False)
         self.settings = settings
         self.conf.update(celery_config(settings, broker_url))
+
+    def serve(self, argv: list[str]) -> int:
+        """Run ``celery worker`` with ``argv`` (``["worker", ...]``); the status it ended with.
+
+        Celery's ``worker_main`` drops that status: a worker that died of an unrecoverable error
+        exited 0, so a restart-on-failure supervisor never restarted it. A halted worker
+        (:mod:`worker.halt`) ends with the halt's status the same way.
+        """
+        from celery.bin.celery import celery as command  # noqa: PLC0415 - Celery's CLI, on use
+
+        command.params[0].default = self  # what Celery.start does: the CLI's --app
+        try:
+            status = command.main(args=argv, standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            status = exc.exit_code
+        finally:
+            command.params[0].default = None
+        return status if isinstance(status, int) else 0
 
 
 def create_app(settings: Settings | None = None, *, broker_url: str | None = None) -> EvalqApp:

@@ -14,9 +14,14 @@ Store trouble:
 
 - transient (connection lost, disk full, locked: :class:`~worker.store.TransientStoreError`) →
   the committer holds the group and retries with back-off (stamina, for at most
-  :data:`HOLD_MAX_S`). Meanwhile nothing else is written, the messages stay unacked, the
-  prefetch slots fill and the worker stops fetching: no hot requeue loop. Past the bound the
-  writes fail and their messages are requeued, never acked.
+  ``EVALQ_STORE_HOLD_S``, default :data:`HOLD_MAX_S`). Meanwhile nothing else is written, the
+  messages stay unacked, the prefetch slots fill and the worker stops fetching: no hot requeue
+  loop. Past the bound the process halts (:mod:`worker.halt`: one log line with the code, a
+  warm shutdown, exit status 75); the writes fail and their messages are requeued, never acked.
+  A skip-if-done read failing for that long halts it too.
+- ``STORE_REPLACED`` (the SQLite file was deleted or replaced: it never comes back in this
+  process) → no hold: the process halts at once.
+- once halted, every write fails at once with the halt's code (nothing more is acked).
 - permanent for the group (:class:`~worker.store.PermanentStoreError`) → the group's records are
   written one by one, so only the offending record fails (its message is then requeued and its
   error logged by code).
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,6 +43,7 @@ from worker.store import (
     EvaluationRecord,
     PermanentStoreError,
     SnapshotText,
+    StoreError,
     TransientStoreError,
     Written,
 )
@@ -48,7 +55,9 @@ _T = TypeVar("_T")
 GROUP_ROWS = 64
 """Most evaluations one transaction holds (bounds how long a live record can wait behind one)."""
 HOLD_MAX_S = 60.0
-"""How long the committer backs off and retries a transient store failure before giving up."""
+"""Default of ``EVALQ_STORE_HOLD_S``: how long a transient store failure is retried with
+back-off before the process halts."""
+_REPLACED = "STORE_REPLACED"
 
 
 @dataclass
@@ -65,6 +74,8 @@ class Committer:
     def __init__(self, rt: Runtime, *, group_rows: int = GROUP_ROWS) -> None:
         self.rt = rt
         self.group_rows = group_rows
+        self.hold_max_s = rt.settings.store_hold_s
+        self._trouble_since_s: float | None = None  # first read failure of the current outage
         self._pending: list[_Pending] = []
         self._writer: asyncio.Task[None] | None = None
         self._serial = asyncio.Lock()  # one store transaction of this committer at a time
@@ -140,20 +151,58 @@ class Committer:
     async def _held(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
         """``attempt`` under the committer's lock, retried with back-off on transient errors."""
         async with self._serial:
-            async for retry in stamina.retry_context(
-                on=TransientStoreError,
-                attempts=None,
-                timeout=HOLD_MAX_S,
-                wait_initial=0.5,
-                wait_max=10.0,
-            ):
-                with retry:
-                    try:
-                        return await attempt()
-                    except TransientStoreError as exc:
-                        _log.warning("store unavailable (%s); holding the writes", exc.code)
-                        raise
+            try:
+                return await self._retried(attempt)
+            except TransientStoreError as exc:
+                self._halt(exc, f"the store stayed unavailable past the {self.hold_max_s:g} s hold")
+                raise
+
+    async def _retried(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        async for retry in stamina.retry_context(
+            on=self._worth_holding,
+            attempts=None,
+            timeout=self.hold_max_s,
+            wait_initial=0.5,
+            wait_max=10.0,
+        ):
+            with retry:
+                halted = self.rt.halt.reason
+                if halted is not None:  # nothing more is written, hence acked
+                    raise TransientStoreError(halted, "the worker halted")
+                try:
+                    return await attempt()
+                except TransientStoreError as exc:
+                    _log.warning("store unavailable (%s); holding the writes", exc.code)
+                    raise
         raise AssertionError("unreachable: stamina either returns or raises")
+
+    def _worth_holding(self, exc: Exception) -> bool:
+        return (
+            isinstance(exc, TransientStoreError)
+            and exc.code != _REPLACED
+            and self.rt.halt.reason is None
+        )
+
+    def _halt(self, exc: TransientStoreError, why: str) -> None:
+        if exc.code == _REPLACED:
+            why = "the database file was deleted or replaced under this process"
+        self.rt.halt.stop(exc.code, why)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def read_failed(self, exc: StoreError, started_s: float) -> None:
+        """A store read of the message path, begun at ``started_s`` (monotonic), failed: halt
+        if the outage, counted from the first failing read's start, outlasted the hold."""
+        if not isinstance(exc, TransientStoreError):
+            return
+        if self._trouble_since_s is None:
+            self._trouble_since_s = started_s
+        if exc.code == _REPLACED or time.monotonic() - self._trouble_since_s >= self.hold_max_s:
+            self._halt(exc, f"store reads failed for more than {self.hold_max_s:g} s")
+
+    def read_ok(self) -> None:
+        """A store read of the message path succeeded: any outage is over."""
+        self._trouble_since_s = None
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

@@ -170,11 +170,19 @@ class Intake:
         self.in_flight = 0
         self._held: dict[int, Message] = {}  # id -> message, between drain and settle
         self._idle: asyncio.Event | None = None  # set when nothing is in flight (shutdown)
+        self._parked: list[Message] = []  # arrived after a halt: left unacked
 
     # -- consumer thread ------------------------------------------------------------------------
 
     def put(self, message: Message) -> None:
-        """Take one message off kombu (the consumer's ``on_message``)."""
+        """Take one message off kombu (the consumer's ``on_message``).
+
+        Once the runtime halted, a message is held, never handled nor acked: it fills the
+        prefetch, so nothing more is fetched, and the broker restores it when the process ends.
+        """
+        if self.handler.rt.halt.reason is not None:
+            self._parked.append(message)
+            return
         self._incoming.append(message)
         self._send_event("task-received", message)
         if not self._scheduled:

@@ -17,7 +17,7 @@ from typing import Any
 
 from worker.store import DeadLetterRecord, Store
 
-__all__ = ["DeadLetterCode", "raw_bytes", "record_dead_letter"]
+__all__ = ["NOT_REDRIVABLE", "DeadLetterCode", "raw_bytes", "record_dead_letter"]
 
 _log = logging.getLogger(__name__)
 
@@ -42,7 +42,13 @@ class DeadLetterCode(StrEnum):
     WINDOW_VIOLATION = "WINDOW_VIOLATION"
     TRACE_INVALID = "TRACE_INVALID"
     UNKNOWN_METRIC_SET = "UNKNOWN_METRIC_SET"
+    # An outcome event whose event_id is stored with other content (the stored one is kept).
+    OUTCOME_CONFLICT = "OUTCOME_CONFLICT"
     INTERNAL_ERROR = "INTERNAL_ERROR"  # a bug; the item is kept for redrive
+
+
+NOT_REDRIVABLE = frozenset({DeadLetterCode.OUTCOME_CONFLICT})
+"""Reasons a redrive cannot cure: re-sending the payload would only dead-letter it again."""
 
 
 def raw_bytes(item: Any) -> bytes:

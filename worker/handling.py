@@ -19,6 +19,8 @@ What happens to an item (one snapshot; a backfill message holds several):
 - Its snapshot already has an evaluation for this metric-set version → nothing new is written.
 - Otherwise the engine evaluates it and the store records it (idempotently: a duplicate delivery
   racing this one writes nothing new). Records of the synthetic judge say ``synthetic``.
+- An outcome event whose ``event_id`` is already stored with other content → the stored one is
+  kept, the new one becomes an ``OUTCOME_CONFLICT`` dead letter; an identical resend is a no-op.
 
 Logs carry reason codes and snapshot ids, never exception text, keys or content.
 """
@@ -384,7 +386,8 @@ class Handler:
                 self._accept_items(message, _items(_one_argument(delivery)))
             elif delivery.task == OUTCOME_TASK:
                 record = _outcome_record(decode_outcome(_one_argument(delivery)))
-                message.writes.append(self._write_later(self._record_outcome, record))
+                write = self._write_later(self._record_outcome, record, delivery)
+                message.writes.append(write)
             elif delivery.task == TALLY_TASK:
                 tally = _tally_record(decode_tally(_one_argument(delivery)))
                 message.writes.append(self._write_later(self._record_tally, tally))
@@ -427,13 +430,16 @@ class Handler:
         """Skip-if-done for the whole micro-batch in one query, then evaluate the rest."""
         if not messages:
             return
+        started_s = time.monotonic()
         try:
             done = await self._existing([j.evaluation_id for m in messages for j in m.jobs])
         except StoreError as exc:
             _log.error("store unavailable: %s; messages requeued", exc.code)
+            self.committer.read_failed(exc, started_s)
             for message in messages:
                 _settle(message.verdict, Verdict.REQUEUE)
             return
+        self.committer.read_ok()
         for message in messages:
             for job in message.jobs:
                 if job.evaluation_id in done:
@@ -495,8 +501,20 @@ class Handler:
     def _write_later(self, work: Any, *args: Any) -> asyncio.Future[Any]:
         return asyncio.ensure_future(self.committer.call(work, *args))
 
-    def _record_outcome(self, record: OutcomeRecord) -> None:
+    def _record_outcome(self, record: OutcomeRecord, delivery: Delivery) -> None:
+        """Record the outcome; an event id stored with other content becomes a conflict.
+
+        The stored outcome stays as it was (append-only); the conflicting event is kept as an
+        ``OUTCOME_CONFLICT`` dead letter with the message as it came. An identical resend is
+        absorbed (nothing written).
+        """
         written = self.rt.store.record_outcome(record)
+        if written.conflict:
+            lane = delivery.lane.value if delivery.lane else None
+            code = DeadLetterCode.OUTCOME_CONFLICT
+            record_dead_letter(self.rt.store, code, delivery.task, lane, delivery.raw)
+            metrics.observe_dead_letter(code.value, lane or metrics.OTHER)
+            return
         state = "recorded" if written.created else "already recorded"
         _log.info("outcome %s: linked to %d evaluation(s)", state, len(written.linked))
 

@@ -12,8 +12,15 @@
 - in a child of a multi-process worker, watches its parent: if the supervisor dies, the child
   shuts down warm (its held messages are finished or stay unacked for redelivery);
 - on warm shutdown (``close``, before anything else stops), waits up to the longest message's
-  duration for the messages in flight to be recorded and acked; on ``shutdown`` closes the
-  runtime.
+  duration for the messages in flight to be recorded and acked (not after a halt: their writes
+  would fail; they stay unacked and the broker restores them); on ``shutdown`` closes the
+  runtime;
+- turns a halt (:mod:`worker.halt`: a store fault past its bound, a replaced SQLite file, a
+  loop thread gone; one per process, shared by its runtimes) into Celery's warm shutdown with
+  the halt's exit status;
+- if the process cannot be set up, logs one line (the reason, never exception text) and ends
+  the process non-zero: ``2`` for invalid configuration, :data:`~worker.halt.EXIT_HALTED` for a
+  store that cannot be opened, :data:`~worker.halt.EXIT_CRASHED` for anything else.
 
 Nothing here is a process-global signal handler: building an app has no side effects.
 """
@@ -27,13 +34,16 @@ import threading
 from typing import Any
 
 from celery import bootsteps
+from celery.worker import state as celery_state
 
 from producer.topology import Lane
 from worker import metrics, runtime
 from worker.consumer import Intake, Intakes
+from worker.halt import EXIT_CRASHED, EXIT_HALTED, Halt
 from worker.handling import Handler
 from worker.log_redaction import install_redaction
-from worker.settings import Settings
+from worker.settings import ConfigError, Settings
+from worker.store import StoreError
 
 __all__ = ["PARENT_ENV", "Lifecycle"]
 
@@ -41,6 +51,7 @@ _log = logging.getLogger(__name__)
 PARENT_ENV = "EVALQ_SUPERVISOR_PID"
 """Set by the supervisor in each child's environment: the pid the child watches."""
 _PARENT_CHECK_S = 0.5
+_CONFIG_EXIT = 2
 
 
 class Lifecycle(bootsteps.StartStopStep):
@@ -53,18 +64,34 @@ class Lifecycle(bootsteps.StartStopStep):
         super().__init__(c, **kwargs)
         self.exporter: metrics.Exporter | None = None
         self.live_runtime: runtime.Runtime | None = None
+        self.halt: Halt | None = None
 
     def create(self, c: Any) -> None:
         """Build the runtime, handler and intake of this process (before the consumer connects)."""
+        self._renewals: Any = None
+        try:
+            self._create(c)
+        except ConfigError as exc:  # names the variable, never its value
+            _log.critical("worker cannot start: invalid configuration: %s", exc)
+            raise SystemExit(_CONFIG_EXIT) from None
+        except StoreError as exc:
+            _log.critical("worker cannot start: store %s", exc.code)
+            raise SystemExit(EXIT_HALTED) from None
+        except Exception as exc:  # noqa: BLE001 - one line and a non-zero status, no traceback
+            _log.critical("worker cannot start: %s", type(exc).__name__)
+            raise SystemExit(EXIT_CRASHED) from None
+
+    def _create(self, c: Any) -> None:
         settings: Settings = c.app.settings
         install_redaction()
         runtime.install(settings)
         rt = runtime.current(settings)
         runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
-        self.live_runtime = _live_runtime(settings)
+        self.live_runtime = _live_runtime(settings, rt.halt)
         live = None if self.live_runtime is None else Intake(Handler(self.live_runtime), c)
         c.evalq_intake = Intakes(Intake(Handler(rt), c), live)
-        self._renewals: Any = None
+        self.halt = rt.halt
+        rt.halt.on_stop(_warm_shutdown)
         self._serve_metrics(settings)
         _watch_parent()
 
@@ -92,6 +119,9 @@ class Lifecycle(bootsteps.StartStopStep):
         intake.flush_pending()
         if not intake.in_flight:
             return
+        if self.halt is not None and self.halt.reason is not None:  # their writes would fail
+            _log.warning("halted: %d message(s) left unacked for redelivery", intake.in_flight)
+            return
         timeout_s = c.app.settings.longest_task_s
         _log.info("waiting up to %.0f s for %d message(s) in flight", timeout_s, intake.in_flight)
         try:
@@ -115,11 +145,18 @@ class Lifecycle(bootsteps.StartStopStep):
         runtime.shutdown()
 
 
-def _live_runtime(settings: Settings) -> runtime.Runtime | None:
-    """A runtime of the live lane's own, when the process serves other lanes too."""
+def _live_runtime(settings: Settings, halt: Halt) -> runtime.Runtime | None:
+    """A runtime of the live lane's own, when the process serves other lanes too (it shares
+    the process's halt: a store fault seen by either stops both)."""
     if Lane.LIVE not in settings.lanes or len(settings.lanes) == 1:
         return None
-    return runtime.Runtime(settings)
+    return runtime.Runtime(settings, halt=halt)
+
+
+def _warm_shutdown(exit_status: int) -> None:
+    """What Celery's SIGTERM handler does, with ``exit_status``: the consumer's loop reads it
+    every iteration and stops warm (held messages finish or stay unacked for redelivery)."""
+    celery_state.should_stop = exit_status  # type: ignore[assignment]  # None in the stubs
 
 
 def _watch_parent() -> None:

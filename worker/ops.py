@@ -34,7 +34,9 @@ from producer._report import ReportScope, build_report
 from producer.snapshot import MAX_ITEM_BYTES, SamplingTally, WindowViolation
 from worker.app import create_app
 from worker.broker import broker_transport_options
+from worker.dead_letters import NOT_REDRIVABLE
 from worker.embedded import RedisServer
+from worker.lifecycle import PARENT_ENV
 from worker.metric_sets import METRIC_SETS
 from worker.runtime import configured_metric_set
 from worker.settings import ConfigError, Settings
@@ -91,14 +93,15 @@ def run_worker(settings: Settings, *, hostname: str | None = None) -> int:
 
     The store is checked first, so a worker that could never record anything does not start.
     With ``processes`` > 1 this process supervises that many consumer processes
-    (:mod:`worker.supervisor`); with one it is the consumer.
+    (:mod:`worker.supervisor`); with one it is the consumer. A supervised consumer skips the
+    check (its supervisor made it): a store unreachable when it is restarted ends it with 75,
+    which the supervisor backs off and retries, not with 2, which stops the whole worker.
     """
-    preflight(settings)
+    if not os.environ.get(PARENT_ENV):
+        preflight(settings)
     if settings.processes > 1:
         return Supervisor(settings, hostname).run()
-    app = create_app(settings)
-    app.worker_main(worker_argv(settings, hostname))
-    return 0
+    return create_app(settings).serve(worker_argv(settings, hostname))
 
 
 # --- producing ---------------------------------------------------------------------------------
@@ -300,14 +303,18 @@ def redrive(
     Each one sent gets a redrive record (after the publish: a crash in between re-sends it next
     time, which the workers' idempotency absorbs). The rest stay open and are reported: a
     payload that cannot be decoded (truncated, not JSON) is skipped, and one that a worker
-    would dead-letter again (an unknown metric set, a window violation, too deep or too large)
-    is "still invalid", never re-enqueued, so repeated redrives converge.
+    would dead-letter again (an unknown metric set, a window violation, too deep or too large,
+    an outcome conflict) is "still invalid", never re-enqueued, so repeated redrives converge.
     """
     examined = redriven = left = 0
     skipped: list[RedriveSkip] = []
     for dead in store.open_dead_letters(reason):
         examined += 1
-        skip = _redrive_one(dead, producer, batch_size)
+        skip = (  # e.g. OUTCOME_CONFLICT: re-sent, it would only come back
+            RedriveSkip(dead.dead_letter_id, dead.reason, dead.reason)
+            if dead.reason in NOT_REDRIVABLE
+            else _redrive_one(dead, producer, batch_size)
+        )
         if skip is None:
             store.record_redrive(dead.dead_letter_id)
             redriven += 1

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 from worker import metrics
 from worker.evaluation import Evaluator, Progress, Reason, Report, Trace
+from worker.halt import EXIT_CRASHED, Halt
 from worker.judges import ChatJudge, Judge, SyntheticJudge, SystemOneJudge
 from worker.metric_sets import MetricSet, build_metric_set
 from worker.settings import BACKSTOP_MARGIN_S, JudgeKind, Settings
@@ -179,12 +180,18 @@ class Runtime:
     """Loop thread + judge + store + evaluation slots of one worker process (see the module)."""
 
     def __init__(
-        self, settings: Settings, *, store: Store | None = None, judge: Judge | None = None
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        judge: Judge | None = None,
+        halt: Halt | None = None,
     ) -> None:
         """Start the loop thread, then build the judge on it and open the store.
 
         ``store`` and ``judge`` replace the configured ones (tests, embedding); an injected store
-        stays open on :meth:`close` (its owner closes it).
+        stays open on :meth:`close` (its owner closes it). ``halt`` is shared by the runtimes of
+        one process (:mod:`worker.halt`); by default the runtime has its own.
         """
         self.settings = settings
         self.pid = os.getpid()
@@ -195,6 +202,8 @@ class Runtime:
         self._metric_sets: dict[str, tuple[MetricSet, Evaluator]] = {}
         self._abandoned: set[asyncio.Future[Report]] = set()
         self._lock = threading.Lock()
+        self.halt = halt or Halt()
+        self._closing = False
         self.loop = asyncio.new_event_loop()
         self.store_threads = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="evalq-store")
         self._thread = threading.Thread(target=self._run_loop, name="evalq-loop", daemon=True)
@@ -212,7 +221,14 @@ class Runtime:
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            # A loop that ends before close() (SystemExit or MemoryError out of a callback)
+            # would leave every message held and never settled: stop the process instead.
+            if not self._closing:
+                why = "the event loop ended unexpectedly"
+                self.halt.stop("RUNTIME_STOPPED", why, exit_status=EXIT_CRASHED)
 
     async def _make_judge(self) -> Judge:
         # Built on the loop: HTTP clients bind to the loop that first uses them.
@@ -279,15 +295,19 @@ class Runtime:
 
     def close(self) -> None:
         """Close the judge's client and the store, and stop the loop."""
+        self._closing = True
         aclose = getattr(self.judge, "aclose", None)
-        if aclose is not None:
+        if aclose is not None and self._thread.is_alive():  # a dead loop cannot run it
             try:
                 self.call(aclose(), timeout_s=5.0)
             except Exception as exc:  # noqa: BLE001 - shutdown must go on
                 _log.warning("judge close failed: %s", type(exc).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5.0)
-        self.store_threads.shutdown(wait=True, cancel_futures=True)
+        # After a halt a store call may still be retrying the outage (up to the store's retry
+        # timeout): closing the store under it ends it instead of waiting it out.
+        halted = self.halt.reason is not None
+        self.store_threads.shutdown(wait=not halted, cancel_futures=True)
         if self._owns_store:
             self.store.close()
 

@@ -242,6 +242,9 @@ class Settings(BaseSettings):
     nice: int = Field(default=0, ge=0, le=19)
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)
+    # How long a transient store fault (disk full, database unreachable, locked) holds the
+    # writes, retrying with back-off, before the worker halts (worker.halt) instead.
+    store_hold_s: float = Field(default=60.0, gt=0, le=3600)
     log_level: str = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"

@@ -6,9 +6,11 @@ core), each a complete single-process worker (``python -m worker``: its own even
 connection, prefetch and acks, store connection, Celery node name ``evalq-<pid>.<i>@host``) with
 an even share of ``concurrency``. The supervisor:
 
-- restarts a child that dies (killed, crashed) — its unacked messages come back from the broker
-  and the store's idempotency records each exactly once; more than :data:`MAX_RESTARTS` restarts
-  within :data:`RESTART_WINDOW_S` stop the worker (exit 1) instead of looping;
+- restarts a child that dies (killed, crashed, halted on a store fault: exit status 75) — its
+  unacked messages come back from the broker and the store's idempotency records each exactly
+  once — after a back-off that doubles with every recent restart (:data:`RESTART_BACKOFF_S` up
+  to :data:`RESTART_BACKOFF_MAX_S`); more than :data:`MAX_RESTARTS` restarts within
+  :data:`RESTART_WINDOW_S` stop the worker (exit 1) instead of looping;
 - stops everything when a child exits with status 2 (invalid configuration): exit 2;
 - forwards SIGTERM/SIGINT/SIGQUIT to every child (warm shutdown: held messages finish) and exits
   when they have, killing any still running after ``longest_task_s`` plus a grace period;
@@ -32,17 +34,42 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from worker import metrics
+from worker.halt import EXIT_HALTED
 from worker.lifecycle import PARENT_ENV
 from worker.settings import Settings
 
-__all__ = ["MAX_RESTARTS", "RESTART_WINDOW_S", "Supervisor", "shares"]
+__all__ = [
+    "MAX_RESTARTS",
+    "RESTART_BACKOFF_MAX_S",
+    "RESTART_BACKOFF_S",
+    "RESTART_WINDOW_S",
+    "Supervisor",
+    "restart_delay_s",
+    "shares",
+]
 
 _log = logging.getLogger(__name__)
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
+RESTART_BACKOFF_S = 0.5
+"""Wait before the first restart of a burst; doubled for each further restart in the window."""
+RESTART_BACKOFF_MAX_S = 15.0
 _POLL_S = 0.2
 _GRACE_S = 30.0
 _CONFIG_EXIT = 2
+
+
+def restart_delay_s(recent: int) -> float:
+    """The back-off before a restart that is the ``recent``-th (1-based) in the window."""
+    return float(min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2 ** max(0, recent - 1)))
+
+
+def _status(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {-code}"
+    if code == EXIT_HALTED:
+        return f"status {code}: halted on a store fault, see its log"
+    return f"status {code}"
 
 
 def shares(concurrency: int, processes: int) -> list[int]:
@@ -68,6 +95,7 @@ class Supervisor:
     children: dict[int, _Child] = field(default_factory=dict)
     _stopping: bool = False
     _restarts: deque[float] = field(default_factory=deque)
+    _due: dict[int, float] = field(default_factory=dict)  # child index -> restart time
     _metrics_dir: tempfile.TemporaryDirectory[str] | None = None
 
     def run(self) -> int:
@@ -117,7 +145,10 @@ class Supervisor:
     def _watch(self) -> int:
         while not self._stopping:
             time.sleep(_POLL_S)
+            self._start_due()
             for child in list(self.children.values()):
+                if child.index in self._due:
+                    continue
                 code = child.process.poll()
                 if code is None or self._stopping:
                     continue
@@ -127,8 +158,17 @@ class Supervisor:
                     return verdict
         return 0
 
+    def _start_due(self) -> None:
+        # A restart waits its back-off here, not in a sleep: the other children and the
+        # signals are watched meanwhile (stamina's retries block, so they do not fit here).
+        now = time.monotonic()
+        for index, due in list(self._due.items()):
+            if due <= now and not self._stopping:
+                del self._due[index]
+                self._start(index, self.children[index].share)
+
     def _on_exit(self, child: _Child, code: int) -> int | None:
-        """Restart an unexpected exit; the worker's status if it must stop instead."""
+        """Restart an unexpected exit after a back-off; the worker's status if it must stop."""
         if code == _CONFIG_EXIT:
             _log.error("consumer process %d: invalid configuration; stopping", child.index)
             return _CONFIG_EXIT
@@ -138,13 +178,21 @@ class Supervisor:
             self._restarts.popleft()
         if len(self._restarts) > MAX_RESTARTS:
             _log.error(
-                "consumer processes keep dying (%d in %.0f s); stopping",
+                "consumer process %d exited (%s); %d exits in %.0f s: giving up, stopping",
+                child.index,
+                _status(code),
                 len(self._restarts),
                 RESTART_WINDOW_S,
             )
             return 1
-        _log.warning("consumer process %d exited (%d); restarting", child.index, code)
-        self._start(child.index, child.share)
+        delay_s = restart_delay_s(len(self._restarts))
+        _log.warning(
+            "consumer process %d exited (%s); restarting in %.1f s",
+            child.index,
+            _status(code),
+            delay_s,
+        )
+        self._due[child.index] = now + delay_s
         return None
 
     def _stop_all(self) -> None:

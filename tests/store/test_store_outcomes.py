@@ -114,3 +114,17 @@ def test_earlier_rows_are_byte_for_byte_unchanged(store_url: str, store: Store) 
     assert grown["outcomes"] == 1
     assert grown["outcome_links"] == 1 + 2 * 2  # o-2→v1, then o-1 and o-2 → each new evaluation
     assert grown["snapshots"] == grown["snapshot_contents"] == grown["pending_outcomes"] == 0
+
+
+def test_an_event_id_stored_with_other_content_is_a_conflict(store_url: str, store: Store) -> None:
+    """Same event id, another value or name: not created, ``conflict`` set, rows unchanged; the
+    identical resend is no conflict."""
+    first = outcome_record("o-conflict", "t-conflict")
+    store.record_outcome(first)
+    before = dump_tables(store_url)
+    other_value = first.model_copy(update={"value": {"amount": 99}})
+    other_name = outcome_record("o-conflict", "t-conflict", name="chargeback")
+    assert store.record_outcome(other_value) == (False, (), True)
+    assert store.record_outcome(other_name).conflict
+    assert store.record_outcome(first) == (False, (), False)
+    assert dump_tables(store_url) == before

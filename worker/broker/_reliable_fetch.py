@@ -16,7 +16,9 @@ a message whose worker died at any instant after the script ran. The payload is 
 text, byte for byte (``cjson`` only decodes it to read the tag; re-encoding would turn ``[]`` into
 ``{}``). Not registered, as with kombu: a message whose consumer does not ack (``no_ack``: Celery's
 reply queues), and one the script cannot read a string tag, exchange and routing key from (not a
-kombu message), which kombu's ``QoS.append`` then writes as before. The index score is Redis's
+kombu message), which kombu's ``QoS.append`` then writes as before. An ``unacked`` or
+``unacked_index`` key of the wrong type (an operator's mistake) fails the script before it
+pops anything (the consumer then crashes, non-zero, and nothing is lost). The index score is Redis's
 clock where kombu used the worker's: they differ only by the clock skew between the two hosts.
 
 A script cannot block, so an empty fetch is followed by a blocking *peek* that removes nothing:
@@ -69,6 +71,14 @@ FETCH_SCRIPT = """
 -- acked by its consumer, so must be registered.
 -- Returns a flat array {index of the list, payload, delivery tag or '' if not registered, ...}
 -- of at most ARGV[1] messages, lists drained in order, or nil if all are empty.
+-- A registry key of another type would fail HSET/ZADD after RPOP (a script's earlier writes
+-- stay): refuse before taking anything, so the message stays in its list.
+for k = 1, 2 do
+  local kind = redis.call('TYPE', KEYS[k])['ok']
+  if kind ~= 'none' and kind ~= (k == 1 and 'hash' or 'zset') then
+    return redis.error_reply('WRONGTYPE evalq reliable fetch: ' .. KEYS[k])
+  end
+end
 local limit = tonumber(ARGV[1])
 local out = {}
 local now = nil

@@ -105,10 +105,15 @@ class Written(NamedTuple):
 
 
 class OutcomeWritten(NamedTuple):
-    """Result of recording an outcome: created, and the evaluations this call linked it to."""
+    """Result of recording an outcome: created, and the evaluations this call linked it to.
+
+    ``conflict``: not created because its event id is stored with other content (the stored
+    outcome is kept unchanged; an identical resend is not a conflict).
+    """
 
     created: bool
     linked: tuple[str, ...]
+    conflict: bool = False
 
 
 # --- snapshots -------------------------------------------------------------------------------

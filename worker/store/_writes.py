@@ -8,6 +8,7 @@ the same moment under READ COMMITTED would each miss the other and never be link
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -286,6 +287,22 @@ _INSERT_OUTCOME = """INSERT INTO outcomes (event_id, trace_id, session_id, unit_
 VALUES (:event_id, :trace_id, :session_id, :unit_event_id, :name, :value, :observed_at, :now)
 ON CONFLICT DO NOTHING"""
 
+_STORED_OUTCOME = """SELECT trace_id, session_id, unit_event_id, name, value, observed_at
+FROM outcomes WHERE event_id = :event_id"""
+_OUTCOME_FIELDS = ("trace_id", "session_id", "unit_event_id", "name", "value", "observed_at")
+
+
+def _differs(tx: Tx, outcome: OutcomeRecord) -> bool:
+    """True if the outcome stored under ``outcome.event_id`` has other content."""
+    rows = tx.rows(_STORED_OUTCOME, {"event_id": outcome.event_id})
+    if not rows:
+        return False
+    fields = dict(zip(_OUTCOME_FIELDS, rows[0], strict=True))
+    fields["value"] = json.loads(fields["value"])
+    stored = OutcomeRecord.model_validate({**fields, "event_id": outcome.event_id})
+    return stored != outcome
+
+
 _EVALUATIONS_OF_UNIT = """SELECT e.evaluation_id FROM evaluations e
 JOIN snapshots s ON s.snapshot_id = e.snapshot_id
 WHERE e.trace_id = :trace_id
@@ -305,7 +322,7 @@ def write_outcome(tx: Tx, outcome: OutcomeRecord, now: datetime) -> OutcomeWritt
         "now": now,
     }
     if tx.run(_INSERT_OUTCOME, params) == 0:
-        return OutcomeWritten(created=False, linked=())
+        return OutcomeWritten(created=False, linked=(), conflict=_differs(tx, outcome))
     unit = {"trace_id": outcome.trace_id, "unit_event_id": outcome.unit_event_id}
     linked = tuple(str(eid) for (eid,) in tx.rows(_EVALUATIONS_OF_UNIT, unit))
     links = [{"event_id": outcome.event_id, "evaluation_id": e, "now": now} for e in linked]
