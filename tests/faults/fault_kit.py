@@ -38,8 +38,11 @@ import redis
 from producer import LANE_QUEUES
 from tests.queue.queue_kit import WorkerProcess, wait_until
 from worker.embedded import free_port
+from worker.evaluation import Thresholds
+from worker.metric_sets import METRIC_SETS
 
 __all__ = [
+    "AGENT_METRICS",
     "CONTROLS",
     "ROWS",
     "SOAK",
@@ -144,6 +147,10 @@ class RecordTally:
     def counts(self, scenario: str, redone: int) -> Counts:
         """The table row of this tally."""
         return Counts(scenario, self.expected, self.recorded, self.duplicated, self.lost, redone)
+
+
+AGENT_METRICS = len(METRIC_SETS["agent"](Thresholds(0.2, 0.8)))
+"""Results of one ``agent`` evaluation (the seven agent metrics and tool_execution)."""
 
 
 def tally(store_url: str, expected_ids: Iterable[str], metrics_per_evaluation: int) -> RecordTally:

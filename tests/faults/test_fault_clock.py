@@ -21,13 +21,12 @@ from producer import EVALUATE_TASK, LANE_QUEUES, Lane, Snapshot, read_snapshots
 from producer.snapshot import ENQUEUED_AT_HEADER
 from producer.topology import LANE_EXCHANGE
 from tests.faults.conftest import StartWorker
-from tests.faults.fault_kit import redone, report_row, store_rows, tally
+from tests.faults.fault_kit import AGENT_METRICS, redone, report_row, store_rows, tally
 from tests.queue.queue_kit import REPO, example_snapshots, wait_until
 from worker.store import open_store
 
 pytestmark = pytest.mark.services
 
-AGENT_METRICS = 7
 FIXTURE = REPO / "tests" / "fixtures" / "traces" / "otel_genai.jsonl"
 YEAR_NS = 365 * 24 * 3600 * 10**9
 

@@ -17,7 +17,7 @@ import pytest
 
 from producer import Lane, Producer, Snapshot
 from tests.faults.conftest import StartWorker
-from tests.faults.fault_kit import FaultWorker, redone, report_row, store_rows, tally
+from tests.faults.fault_kit import AGENT_METRICS, FaultWorker, redone, report_row, store_rows, tally
 from tests.queue.queue_kit import example_snapshots, wait_until
 from worker.judges.testing import (
     Fault,
@@ -35,7 +35,6 @@ from worker.store import MetricResultRecord, Store, StoredEvaluation, UsageRecor
 
 pytestmark = pytest.mark.services
 
-AGENT_METRICS = 7
 BUDGET_S = 3.0
 JUDGED = ("DECIDED", "INCONCLUSIVE")
 """Statuses of a metric whose judge request was answered properly."""

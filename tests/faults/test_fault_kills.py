@@ -19,6 +19,7 @@ import pytest
 from producer import LANE_QUEUES, Lane, Producer, Snapshot
 from tests.faults.conftest import StartWorker
 from tests.faults.fault_kit import (
+    AGENT_METRICS,
     SOAK,
     evaluated_at_least,
     recorded_requests,
@@ -32,7 +33,6 @@ from worker.judges.testing import JudgeServer
 
 pytestmark = pytest.mark.services
 
-AGENT_METRICS = 7
 """Results per evaluation of the ``agent`` metric set (one packed judge request each)."""
 BACKFILL_N = 10_000 if SOAK else 1_500
 KILLS = 6 if SOAK else 3

@@ -24,6 +24,7 @@ import pytest
 from producer import Lane, Producer
 from tests.faults.conftest import StartWorker
 from tests.faults.fault_kit import (
+    AGENT_METRICS,
     SOAK,
     TcpProxy,
     evaluated_at_least,
@@ -42,7 +43,6 @@ from worker.store._backends import SqliteBackend, Tx
 
 pytestmark = pytest.mark.services
 
-AGENT_METRICS = 7
 OUTAGE_S = 30.0 if SOAK else 8.0
 OUTAGE_N = 2_000 if SOAK else 600
 
@@ -297,7 +297,7 @@ def test_sigkill_during_a_group_commit_loses_and_duplicates_nothing(
     replacement = start_worker(**knobs)
     wait_drained(redis_url, 120)
     wait_until(evaluated_at_least(fresh_pg, count), 60, f"{count} evaluations")
-    counts = tally(fresh_pg, [s.snapshot_id for s in snapshots], 7)
+    counts = tally(fresh_pg, [s.snapshot_id for s in snapshots], AGENT_METRICS)
     row = report_row(
         counts.counts(
             f"SIGKILL during a group commit (PostgreSQL), {count}",

@@ -21,6 +21,7 @@ from producer import Lane, Producer
 from producer._submitter import LiveSubmitter, RetryPolicy
 from tests.faults.conftest import StartWorker
 from tests.faults.fault_kit import (
+    AGENT_METRICS,
     SOAK,
     evaluated_at_least,
     evaluations_in,
@@ -37,7 +38,6 @@ from worker.judges.testing import JudgeServer
 
 pytestmark = pytest.mark.services
 
-AGENT_METRICS = 7
 RESTART_N = 5_000 if SOAK else 1_000
 LIVE_N = 2_000 if SOAK else 400
 OUTAGE_S = 2.0

@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from producer import Producer, Snapshot
+from tests.conftest import service_missing
 from tests.hostile.hostile_kit import record
 from tests.queue.queue_kit import WorkerProcess, example_snapshots, variants, wait_until, worker_env
 from worker.halt import EXIT_HALTED
@@ -150,7 +151,7 @@ def small_disk(workdir: Path) -> Iterator[Path]:
     mount_point.mkdir()
     argv = ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)]
     if subprocess.run(argv, capture_output=True, check=False).returncode != 0:
-        pytest.skip("mounting a small tmpfs needs root (CAP_SYS_ADMIN)")
+        service_missing("a small tmpfs", "mounting one needs root (CAP_SYS_ADMIN)")
     try:
         yield mount_point
     finally:
@@ -162,7 +163,7 @@ def _fill(directory: Path) -> Path:
     # Unbuffered: nothing is left to flush when the file closes on a full disk.
     full = pytest.raises(OSError, match="No space left")
     with filler.open("wb", buffering=0) as out, full as caught:
-        while True:
+        for _ in range(1024):  # 64 MiB at most: the 16 MiB disk is full long before
             out.write(b"\0" * 65536)
     assert caught.value.errno == errno.ENOSPC
     return filler
