@@ -72,5 +72,6 @@ ConfigOpt = Annotated[
 ]
 """``--config FILE`` (a setting: ``EVALQ_CONFIG``; Typer's ``dir_okay`` needs a plain option)."""
 MetricSetOpt = Annotated[
-    str | None, setting("--metric-set", "EVALQ_METRIC_SET", "agent | agent+trajectory")
+    str | None,
+    setting("--metric-set", "EVALQ_METRIC_SET", "agent | agent+trajectory | tool_call"),
 ]
