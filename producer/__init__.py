@@ -11,7 +11,10 @@
 - :func:`observe`: capture one OpenAI/Anthropic SDK agent invocation and submit its snapshot.
 - :class:`Redactor` / :class:`RegexRedactor`: the redaction hook applied before snapshotting.
 - :func:`run_backfill` (:class:`BackfillProgress`, :class:`BackfillSummary`) and
-  :func:`send_outcomes`: resumable backfills and outcome files (``evalq backfill`` / ``outcome``).
+  :func:`send_outcomes`: resumable backfills and outcome files (``evalq backfill`` / ``outcome``),
+  with what ``evalq`` builds them from: :func:`expand_paths`, :func:`backfill_id_for`,
+  :class:`RedisQueueDepth`, :func:`rich_progress`, :func:`store_counts` (evaluated/failed read
+  back), :func:`outcome_problem`, :class:`BackfillError` and the checkpoint prefixes.
 - :class:`LiveSubmitter`: the non-blocking, bounded buffer behind ``Producer.submit``.
 """
 
@@ -31,19 +34,36 @@ from .snapshot import (
 )
 
 if TYPE_CHECKING:
-    from ._backfill import BackfillProgress, BackfillSummary, run_backfill, send_outcomes
+    from ._backfill import (
+        COMPLETE_PREFIX,
+        FINGERPRINT_PREFIX,
+        BackfillError,
+        BackfillProgress,
+        BackfillSummary,
+        RedisQueueDepth,
+        backfill_id_for,
+        expand_paths,
+        outcome_problem,
+        rich_progress,
+        run_backfill,
+        send_outcomes,
+        store_counts,
+    )
     from ._observer import observe
     from ._producer import Producer
-    from ._reader import ImportErrorReport, InvalidTraceError, read_snapshots
+    from ._reader import ImportErrorReport, InvalidTraceError, RejectedLine, read_snapshots
     from ._redaction import Redactor, RegexRedactor
     from ._sampling import Sampler, SamplingRule
     from ._submitter import LiveSubmitter
 
 __all__ = [
+    "COMPLETE_PREFIX",
     "EVALUATE_TASK",
+    "FINGERPRINT_PREFIX",
     "LANE_QUEUES",
     "OUTCOME_TASK",
     "TALLY_TASK",
+    "BackfillError",
     "BackfillProgress",
     "BackfillSummary",
     "ImportErrorReport",
@@ -53,29 +73,46 @@ __all__ = [
     "OutcomeEvent",
     "Producer",
     "Redactor",
+    "RedisQueueDepth",
     "RegexRedactor",
+    "RejectedLine",
     "Sampler",
     "SamplingRule",
     "SamplingTally",
     "Snapshot",
     "WindowViolation",
+    "backfill_id_for",
+    "expand_paths",
     "observe",
+    "outcome_problem",
     "read_snapshots",
+    "rich_progress",
     "run_backfill",
     "send_outcomes",
+    "store_counts",
 ]
 
 # Everything beyond the contract loads on first use: importing the contract
 # (``producer.snapshot``, which runs this file first) must not load Celery, kombu or the SDKs.
 _LAZY = {
+    "COMPLETE_PREFIX": "._backfill",
+    "FINGERPRINT_PREFIX": "._backfill",
+    "BackfillError": "._backfill",
     "BackfillProgress": "._backfill",
     "BackfillSummary": "._backfill",
+    "RedisQueueDepth": "._backfill",
+    "backfill_id_for": "._backfill",
+    "expand_paths": "._backfill",
+    "outcome_problem": "._backfill",
+    "rich_progress": "._backfill",
     "run_backfill": "._backfill",
     "send_outcomes": "._backfill",
+    "store_counts": "._backfill",
     "observe": "._observer",
     "Producer": "._producer",
     "ImportErrorReport": "._reader",
     "InvalidTraceError": "._reader",
+    "RejectedLine": "._reader",
     "read_snapshots": "._reader",
     "Redactor": "._redaction",
     "RegexRedactor": "._redaction",

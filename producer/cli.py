@@ -628,8 +628,7 @@ def report(
     ] = "agent_version",
 ) -> None:
     """Per-metric rates with coverage and 95% intervals, gold labels, latency, usage, outcomes."""
-    from producer._html import render_html  # noqa: PLC0415 - fast --help
-    from producer._report import build_report, render_terminal  # noqa: PLC0415
+    from worker.reporting import build_report, render_html, render_terminal  # noqa: PLC0415
 
     settings = _settings()
     scope = _report_scope(locals())
@@ -651,7 +650,7 @@ def report(
 
 
 def _report_scope(flags: dict[str, Any]) -> Any:
-    from producer._report import ReportScope, parse_when  # noqa: PLC0415 - fast --help
+    from worker.reporting import ReportScope, parse_when  # noqa: PLC0415 - fast --help
 
     now = datetime.now(UTC)
     times: dict[str, datetime | None] = {}
@@ -759,7 +758,7 @@ def status(
 
     Exits 3 (listing them) when a threshold given here is breached: usable as a cron check.
     """
-    from producer._status import (  # noqa: PLC0415 - fast --help
+    from worker.reporting import (  # noqa: PLC0415 - fast --help
         BREACH_EXIT_CODE,
         StatusThresholds,
         collect_status,
@@ -894,7 +893,7 @@ def purge(
     """Expire snapshot contents and dead-letter payloads older than a date; every record
     (snapshot metadata, evaluations, results, dead-letter size and sha256) stays readable.
     Run it as the tables' owner role."""
-    from producer._report import parse_when  # noqa: PLC0415 - fast --help
+    from worker.reporting import parse_when  # noqa: PLC0415 - fast --help
 
     try:
         before = parse_when(content_before, datetime.now(UTC))

@@ -1,4 +1,4 @@
-"""Operations behind the CLI: run a worker, redrive dead letters, report, and ``evalq run``.
+"""Operations behind the CLI: run a worker, redrive dead letters, and ``evalq run``.
 
 The CLI (``producer.cli``) only parses flags and prints; everything it does is here, callable
 from Python and tests.
@@ -30,7 +30,6 @@ from pydantic import ValidationError
 
 from producer import ImportErrorReport, Lane, OutcomeEvent, Producer, Snapshot, read_snapshots
 from producer._reader import RejectedLine
-from producer._report import ReportScope, build_report
 from producer.snapshot import MAX_ITEM_BYTES, SamplingTally, WindowViolation
 from worker.app import create_app
 from worker.broker import broker_transport_options
@@ -50,7 +49,6 @@ __all__ = [
     "WorkerProcess",
     "preflight",
     "redrive",
-    "report",
     "run_pipeline",
     "run_worker",
     "snapshots_for",
@@ -323,18 +321,6 @@ def redrive(
         if len(skipped) < REDRIVE_SHOWN:
             skipped.append(skip)
     return RedriveSummary(examined, redriven, left, tuple(skipped))
-
-
-# --- report ------------------------------------------------------------------------------------
-
-
-def report(store: Store, scope: ReportScope | None = None) -> dict[str, Any]:
-    """The JSON report (``evalq report --json``): :func:`producer._report.build_report`.
-
-    Keys include ``snapshots``, ``evaluations``, ``metrics.<id>.by_status/by_reason``,
-    ``dead_letters_open`` and ``store``; one implementation serves the CLI and this function.
-    """
-    return build_report(store, scope or ReportScope()).to_json()
 
 
 # --- evalq run ---------------------------------------------------------------------------------

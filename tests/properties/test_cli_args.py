@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from producer._status import BREACH_EXIT_CODE
 from producer.cli import app
 from tests.properties.strategies import examples
+from worker.reporting import BREACH_EXIT_CODE
 
 COMMAND: Any = typer.main.get_command(app)  # typer's own (vendored) click types
 SUBCOMMANDS: dict[str, Any] = dict(COMMAND.commands)

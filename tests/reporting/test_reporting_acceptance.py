@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 
-from producer._html import PLOT_IDS
 from tests.reporting.chromium_kit import open_chromium
 from tests.reporting.reporting_kit import BACKFILL_ID, Filled, evalq, query
+from worker.reporting import PLOT_IDS
 
 pytestmark = pytest.mark.services
 

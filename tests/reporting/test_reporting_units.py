@@ -8,29 +8,28 @@ from typing import Any
 
 import pytest
 
-from producer._html import PLOT_IDS, render_html
-from producer._report import (
-    ReportScope,
-    StoreTotals,
-    compute_report,
-    nearest_rank,
-    parse_when,
-    probability_source,
-    weighted_wilson,
-    wilson,
-)
-from producer._status import (
+from worker.reporting import (
+    PLOT_IDS,
     BrokerStatus,
     Decisions,
     LaneStatus,
     QueuesStatus,
+    ReportScope,
     StatusReport,
     StatusThresholds,
+    StoreTotals,
     Throughput,
     WorkersStatus,
     backfill_statuses,
+    compute_report,
     decisions_from_counts,
+    nearest_rank,
+    parse_when,
+    probability_source,
     redact_url,
+    render_html,
+    weighted_wilson,
+    wilson,
 )
 from worker.store import (
     Checkpoint,

@@ -1,7 +1,7 @@
 """``evalq report --html FILE``: one self-contained static page with inline SVG plots.
 
 No server, no CDN, no script: the page is HTML, inline CSS and SVG drawn here in Python from an
-:class:`~producer._report.EvalReport`, so it opens from a file, a mail attachment or an artifact
+:class:`~worker.reporting.EvalReport`, so it opens from a file, a mail attachment or an artifact
 store exactly as written. Every value is HTML-escaped.
 
 Plots (each an ``<svg>`` with a stable ``id`` and ``data-plot`` attribute, always present — with an
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 
-from producer._report import (
+from ._model import (
     Calibration,
     CoverageSeries,
     EvalReport,
@@ -34,11 +34,10 @@ from producer._report import (
     Latency,
     MetricReport,
     OutcomeView,
-    Rate,
     SamplingView,
     SliceCoverage,
-    WeightedRate,
 )
+from ._statistics import Rate, WeightedRate
 
 __all__ = [
     "PLOT_IDS",

@@ -44,22 +44,23 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import AwareDatetime
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from producer._backfill import FINGERPRINT_PREFIX, store_counts
-from producer._report import MISSING_EVIDENCE_REASONS
+from producer import COMPLETE_PREFIX, FINGERPRINT_PREFIX, store_counts
 from producer.snapshot import LANE_QUEUES
 from worker.store import Checkpoint, RecordScope, ResultCount, Store
+
+from ._frozen import Frozen
+from ._model import MISSING_EVIDENCE_REASONS
 
 if TYPE_CHECKING:
     from worker.settings import Settings
 
 __all__ = [
     "BREACH_EXIT_CODE",
-    "COMPLETE_PREFIX",
     "BackfillStatus",
     "BrokerStatus",
     "Decision",
@@ -78,16 +79,10 @@ __all__ = [
 ]
 
 BREACH_EXIT_CODE = 3
-COMPLETE_PREFIX = "complete:"
-"""Checkpoint source prefix of a finished file (``producer._backfill.COMPLETE_PREFIX``)."""
 _SOCKET_TIMEOUT_S = 2.0
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LaneStatus(_Frozen):
+class LaneStatus(Frozen):
     """One lane's queue (``unacked``/``oldest_age_s`` null when the broker cannot say)."""
 
     lane: str
@@ -97,7 +92,7 @@ class LaneStatus(_Frozen):
     oldest_age_s: float | None
 
 
-class QueuesStatus(_Frozen):
+class QueuesStatus(Frozen):
     """Every lane at one instant."""
 
     lanes: tuple[LaneStatus, ...]
@@ -105,7 +100,7 @@ class QueuesStatus(_Frozen):
     oldest_unacked_age_s: float | None
 
 
-class WorkersStatus(_Frozen):
+class WorkersStatus(Frozen):
     """Workers that answered ``inspect ping`` and their running tasks (``inspect active``)."""
 
     online: int
@@ -113,7 +108,7 @@ class WorkersStatus(_Frozen):
     active_tasks: int
 
 
-class BrokerStatus(_Frozen):
+class BrokerStatus(Frozen):
     """Broker reachability: ``error`` is a code (``BROKER_NOT_CONFIGURED``, ``BROKER_UNREACHABLE``,
     ``INSPECT_FAILED``), the URL is shown without its password."""
 
@@ -124,7 +119,7 @@ class BrokerStatus(_Frozen):
     workers: WorkersStatus | None
 
 
-class Throughput(_Frozen):
+class Throughput(Frozen):
     """Evaluations recorded in the last 1 and 5 minutes (store ``created_at``)."""
 
     last_1m: int
@@ -132,7 +127,7 @@ class Throughput(_Frozen):
     per_min_5m: float
 
 
-class BackfillStatus(_Frozen):
+class BackfillStatus(Frozen):
     """One backfill's progress from its latest checkpoints and the store's read-back."""
 
     backfill_id: str
@@ -147,7 +142,7 @@ class BackfillStatus(_Frozen):
     last_checkpoint_age_s: float
 
 
-class Decision(_Frozen):
+class Decision(Frozen):
     """One "why not scored" count; ``known`` false (and ``n`` null) when nothing records it."""
 
     code: str
@@ -156,7 +151,7 @@ class Decision(_Frozen):
     note: str = ""
 
 
-class Decisions(_Frozen):
+class Decisions(Frozen):
     """Decision counts over metric results created in the last ``window_s`` seconds."""
 
     window_s: float
@@ -165,7 +160,7 @@ class Decisions(_Frozen):
     sampled_out_estimate: float
 
 
-class StatusReport(_Frozen):
+class StatusReport(Frozen):
     """Everything ``evalq status`` shows; ``breaches`` lists thresholds crossed (if any given)."""
 
     generated_at: AwareDatetime
@@ -456,7 +451,7 @@ def collect_status(
 # --- thresholds --------------------------------------------------------------------------------
 
 
-class StatusThresholds(_Frozen):
+class StatusThresholds(Frozen):
     """Limits given on the command line; None means "not checked"."""
 
     max_depth: int | None = None
