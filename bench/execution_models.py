@@ -50,7 +50,7 @@ from bench._kit import (
 )
 from producer import Lane, Producer
 from producer.snapshot import LANE_QUEUES
-from worker.ops import worker_argv
+from worker.running import worker_argv
 from worker.settings import load_settings
 
 __all__ = ["Measured", "measure"]
@@ -118,7 +118,7 @@ def _drain_store(
 def _evalq(bench: Bench, latency_ms: float, count: int) -> Measured:
     judge = bench.judge_server(latency_ms)
     _fill_live(bench.broker_url, count, "em")
-    argv = [sys.executable, "-m", "producer.cli", "worker", "--lanes", "live"]
+    argv = [sys.executable, "-m", "worker.cli", "worker", "--lanes", "live"]
     argv += ["--concurrency", str(IN_FLIGHT)]
     worker = bench.worker(judge, {}, argv)
     return _drain_store(bench, [worker], count, "evalq", latency_ms)

@@ -37,7 +37,7 @@ from bench._kit import (
 from bench.tuning import BACKFILL, LIVE
 from producer import Lane
 from producer.snapshot import LANE_QUEUES
-from worker.ops import worker_argv
+from worker.running import worker_argv
 from worker.settings import load_settings
 
 __all__ = ["run"]

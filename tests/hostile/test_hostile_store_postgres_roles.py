@@ -77,7 +77,7 @@ def roles() -> Iterator[Roles]:
 
 def _evalq(store_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "worker.cli", *args],
         env=worker_env(store_url=store_url),
         cwd=REPO,
         capture_output=True,

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.services
 
 LIVE = LANE_QUEUES[Lane.LIVE]
 SNAPSHOTS = 5
-WORKER_COMMAND = [sys.executable, "-m", "producer.cli", "worker"]
+WORKER_COMMAND = [sys.executable, "-m", "worker.cli", "worker"]
 
 
 def _env(redis_url: str, store_url: str, **extra: str) -> dict[str, str]:

@@ -21,7 +21,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from producer import cli
 from tests.ops.ops_kit import (
     BIN,
     ROOT,
@@ -36,7 +35,7 @@ from tests.ops.ops_kit import (
     stop,
     wait_until,
 )
-from worker import metrics
+from worker import cli, metrics
 from worker.app import celery_config
 from worker.embedded import free_port
 from worker.judges import JudgeRequest, NoulQuestion, SystemOneJudge, use_deadline

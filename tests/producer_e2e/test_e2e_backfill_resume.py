@@ -39,7 +39,7 @@ TIMEOUT_S = float(os.environ.get("EVALQ_TEST_E2E_TIMEOUT_S", "90"))
 BACKFILL_ID = "e2e-resume"
 BATCH = 100  # snapshots per checkpoint: at most this many are re-sent after a kill
 PER_MESSAGE = "50"  # EVALQ_BATCH_SIZE: snapshots per queue message
-EVALQ = [sys.executable, "-m", "producer.cli"]
+EVALQ = [sys.executable, "-m", "worker.cli"]
 
 
 def _evalq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

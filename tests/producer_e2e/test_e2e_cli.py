@@ -17,7 +17,7 @@ from worker.store import Store
 
 pytestmark = pytest.mark.services
 
-EVALQ = [sys.executable, "-m", "producer.cli"]
+EVALQ = [sys.executable, "-m", "worker.cli"]
 
 
 def _evalq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

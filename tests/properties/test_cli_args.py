@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from producer.cli import app
 from tests.properties.strategies import examples
+from worker.cli import app
 from worker.reporting import BREACH_EXIT_CODE
 
 COMMAND: Any = typer.main.get_command(app)  # typer's own (vendored) click types

@@ -21,7 +21,7 @@ EVALQ = Path(sys.executable).with_name("evalq")
 
 
 def _command() -> list[str]:
-    return [str(EVALQ)] if EVALQ.exists() else [sys.executable, "-m", "producer.cli"]
+    return [str(EVALQ)] if EVALQ.exists() else [sys.executable, "-m", "worker.cli"]
 
 
 def _evalq(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -23,9 +23,9 @@ from tests.queue.queue_kit import (
     task_headers,
     wait_until,
 )
+from worker.dead_letters import redrive
 from worker.embedded import free_port
 from worker.judges.testing import JudgeServer
-from worker.ops import redrive
 from worker.store import Store
 
 pytestmark = pytest.mark.services

@@ -27,7 +27,7 @@ from tests.evaluation.tool_call_kit import (
 from tests.queue.queue_kit import WorkerProcess, killed_on_exit, systemone_knobs, wait_until
 from tests.queue.queue_kit import worker_env as env_of
 from worker.judges.testing import JudgeServer
-from worker.ops import with_metric_set
+from worker.producing import with_metric_set
 from worker.store import Store
 
 pytestmark = pytest.mark.services

@@ -189,7 +189,7 @@ def query(db_path: Path, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any
 
 def evalq(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the ``evalq`` console script with only the given ``EVALQ_*`` settings."""
-    command = [str(EVALQ)] if EVALQ.exists() else [sys.executable, "-m", "producer.cli"]
+    command = [str(EVALQ)] if EVALQ.exists() else [sys.executable, "-m", "worker.cli"]
     return subprocess.run(
         [*command, *args],
         env=worker_env(**env),

@@ -12,7 +12,7 @@ __all__ = ["cli_output"]
 def cli_output(args: list[str], env: dict[str, str], cwd: Path) -> str:
     """Run ``evalq ARGS`` in a subprocess; its stdout + stderr (exit 0, or 3: a status breach)."""
     done = subprocess.run(
-        [sys.executable, "-m", "producer.cli", *args],
+        [sys.executable, "-m", "worker.cli", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

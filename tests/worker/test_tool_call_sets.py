@@ -14,7 +14,7 @@ from worker import runtime
 from worker.dead_letters import raw_bytes
 from worker.handling import Delivery, Handler, Verdict
 from worker.judges import SyntheticJudge
-from worker.ops import with_metric_set
+from worker.producing import with_metric_set
 from worker.runtime import Runtime
 from worker.settings import load_settings
 from worker.store import Store, open_store

@@ -1,0 +1,5 @@
+"""``python -m worker.cli``: the ``evalq`` command."""
+
+from worker.cli import main
+
+main()

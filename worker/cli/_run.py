@@ -1,0 +1,121 @@
+"""``evalq run FILE``: the whole pipeline on this machine, through the real queue."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ._app import err, out
+from ._common import print_rejections, settings, store
+from ._options import ConfigOpt
+
+if TYPE_CHECKING:
+    from worker.embedded import RunResult
+    from worker.settings import Settings
+
+__all__ = ["EPILOG", "run"]
+
+EPILOG = (
+    "Exit status: 0 finished (each snapshot evaluated or dead-lettered), no line rejected; "
+    "1 rejected lines (the first 20 listed), nothing evaluated, or not done in --timeout-s."
+)
+"""The ``--help`` epilog: exit statuses."""
+
+_STATUSES = ("DECIDED", "INCONCLUSIVE", "SKIPPED", "ERROR")
+
+
+def run(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    *,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout-s", envvar="EVALQ_RUN_TIMEOUT_S", help="Give up after")
+    ] = 300.0,
+    spawn_worker: Annotated[
+        bool,
+        typer.Option(
+            "--worker/--no-worker",
+            envvar="EVALQ_RUN_WORKER",
+            help="Start a worker process (off: use running workers)",
+        ),
+    ] = True,
+    config_file: ConfigOpt = None,
+) -> None:
+    """The whole pipeline on this machine: embedded Redis (unless configured), a worker, FILE."""
+    from worker.embedded import run_pipeline  # noqa: PLC0415 - fast --help
+
+    config = settings(config=config_file)
+    with store(config):  # fail fast, in one line, before starting Redis and a worker
+        pass
+    # SIGTERM unwinds like Ctrl-C, so the embedded Redis and the worker are stopped too.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    with _progress() as progress:
+        task = progress.add_task("evaluating", total=None)
+
+        def update(done: int, dead: int, total: int) -> None:
+            progress.update(task, completed=done + dead, total=total)
+
+        result = run_pipeline(
+            file, config, spawn_worker=spawn_worker, timeout_s=timeout_s, progress=update
+        )
+    _print_run(result, config)
+    print_rejections(result.rejected_examples, result.rejected_lines)
+    if result.timed_out or result.evaluated == 0 or result.rejected_lines:
+        raise typer.Exit(1)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out,
+    )
+
+
+def _print_judge(config: Settings) -> None:
+    if config.judge.value == "synthetic":
+        out.print(
+            "[bold yellow]Judge: SYNTHETIC[/] — deterministic placeholder answers, "
+            "not a model's judgment (set EVALQ_JUDGE for a real judge)"
+        )
+    else:
+        out.print(f"Judge: {config.judge.value} ({config.judge_model or 'default model'})")
+    pair = config.effective_thresholds
+    note = " (uncalibrated demo values)" if config.thresholds_are_demo else ""
+    out.print(
+        f"Thresholds: fail <= {pair.fail_at_or_below:g}, pass >= {pair.pass_at_or_above:g}{note}"
+    )
+
+
+def _print_run(result: RunResult, config: Settings) -> None:
+    _print_judge(config)
+    out.print(f"Metric set: {result.metric_set_version}")
+    out.print(_run_table(result))
+    out.print(
+        f"snapshots: {result.expected}  evaluated: {result.evaluated}  "
+        f"dead letters: {result.dead_lettered}  rejected lines: {result.rejected_lines}"
+    )
+    out.print(f"Store: {result.store_location}")
+    if result.timed_out:
+        err.print(f"[red]not finished in time[/red]; worker log: {result.worker_log}")
+
+
+def _run_table(result: RunResult) -> Table:
+    table = Table("metric", "passed", "DECIDED", "INCONCLUSIVE", "SKIPPED", "ERROR")
+    for metric_id, counts in result.by_metric.items():
+        table.add_row(
+            metric_id,
+            str(result.passed.get(metric_id, 0)),
+            *(str(counts.get(status, 0)) for status in _STATUSES),
+        )
+    return table
