@@ -6,30 +6,16 @@ import json
 import math
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli.cli_kit import evalq, evalq_command
 from tests.producer.producer_kit import queue_length, queued_payloads, write_lines
 from tests.queue.queue_kit import REPO, wait_until, worker_env
 from worker.store import Store
 
 pytestmark = pytest.mark.services
-
-EVALQ = [sys.executable, "-m", "worker.cli"]
-
-
-def _evalq(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*EVALQ, *args],
-        env=worker_env(**env),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def _outcome(event_id: str) -> str:
@@ -44,7 +30,7 @@ def test_outcome_file_sends_valid_lines_and_names_each_bad_one(
     path = workdir / "outcomes.jsonl"
     bad_time = _outcome("o3").replace("2025-01-02T03:04:05Z", "yesterday")
     path.write_text(_outcome("o1") + "{not json\n" + bad_time + _outcome("o4"))
-    done = _evalq({"broker_url": redis_url, "store_url": store_url}, "outcome", str(path))
+    done = evalq("outcome", str(path), broker_url=redis_url, store_url=store_url)
     assert done.returncode == 1
     assert "sent 2 outcome event(s); rejected lines: 2" in done.stdout
     assert f"{path}:2: $: INVALID_JSON" in done.stderr
@@ -60,7 +46,7 @@ def test_outcome_refuses_a_file_and_event_flags_together(
     path = workdir / "outcomes.jsonl"
     path.write_text(_outcome("o1"))
     env = {"broker_url": redis_url, "store_url": store_url}
-    done = _evalq(env, "outcome", str(path), "--event-id", "x")
+    done = evalq("outcome", str(path), "--event-id", "x", settings=env)
     assert done.returncode == 2
     assert queue_length(redis_url, "evalq.outcomes") == 0
 
@@ -72,7 +58,7 @@ def test_backfill_with_bad_lines_reports_them_and_exits_1(
     path = workdir / "traces.jsonl"
     bad = write_lines(path, 30, bad_every=10)
     env = {"broker_url": redis_url, "store_url": store_url, "batch_size": "5"}
-    done = _evalq(env, "backfill", str(path), "--id", "bad-lines")
+    done = evalq("backfill", str(path), "--id", "bad-lines", settings=env)
     assert done.returncode == 1
     assert f"enqueued {30 - bad}," in done.stdout
     assert f"rejected lines {bad}," in done.stdout
@@ -87,7 +73,7 @@ def test_backfill_resume_of_an_unknown_id_is_refused(
     path = workdir / "traces.jsonl"
     write_lines(path, 5)
     env = {"broker_url": redis_url, "store_url": store_url}
-    done = _evalq(env, "backfill", str(path), "--resume", "never-ran")
+    done = evalq("backfill", str(path), "--resume", "never-ran", settings=env)
     assert done.returncode == 2
     assert "UNKNOWN_BACKFILL" in done.stderr
     assert queue_length(redis_url, "evalq.backfill") == 0
@@ -104,7 +90,7 @@ def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
     env = {"broker_url": redis_url, "store_url": store_url}
     args = ["backfill", str(path), "--batch-size", "20", "--rate", "200"]
     running = subprocess.Popen(
-        [*EVALQ, *args, "--id", "term"],
+        [*evalq_command(), *args, "--id", "term"],
         env=worker_env(**env),
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -120,7 +106,7 @@ def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
         running.kill()
     assert running.returncode == 128 + signal.SIGTERM
     assert "terminated; continue with --resume term" in stderr
-    resumed = _evalq(env, *args[:2], "--resume", "term")
+    resumed = evalq(*args[:2], "--resume", "term", settings=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "read 2000," in resumed.stdout
     assert "already sent 0," not in resumed.stdout

@@ -3,49 +3,29 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
 from producer import LANE_QUEUES, Lane
+from tests.cli.cli_kit import evalq, evalq_command
 from tests.queue.queue_kit import EXAMPLES, WorkerProcess, wait_until, worker_env
 from worker.store import Store
 
 pytestmark = pytest.mark.services
 
-EVALQ = Path(sys.executable).with_name("evalq")
-
-
-def _command() -> list[str]:
-    return [str(EVALQ)] if EVALQ.exists() else [sys.executable, "-m", "worker.cli"]
-
-
-def _evalq(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*_command(), *args],
-        cwd=cwd,
-        env=worker_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
 
 def test_run_on_a_fresh_directory_with_nothing_configured(workdir: Path) -> None:
     """`evalq run examples/traces.jsonl` with no EVALQ_* set evaluates every trace, SYNTHETIC."""
-    done = _evalq("run", str(EXAMPLES), "--timeout-s", "60", cwd=workdir)
+    done = evalq("run", str(EXAMPLES), "--timeout-s", "60", cwd=workdir)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Judge: SYNTHETIC" in done.stdout
     assert "snapshots: 6  evaluated: 6" in done.stdout
     assert "uncalibrated demo values" in done.stdout
     assert str(workdir / "evalq.db") in done.stdout.replace("\n", "")
 
-    report = _evalq("report", "--json", cwd=workdir)
+    report = evalq("report", "--json", cwd=workdir)
     assert report.returncode == 0, report.stderr
     data = json.loads(report.stdout)
     assert (data["snapshots"], data["evaluations"]) == (6, 6)
@@ -66,11 +46,11 @@ def test_run_on_a_fresh_directory_with_nothing_configured(workdir: Path) -> None
 
 def test_worker_and_enqueue_refuse_missing_or_invalid_configuration(workdir: Path) -> None:
     """Bad configuration exits 2 with a message naming the variable (and never its value)."""
-    no_broker = _evalq("worker", cwd=workdir)
+    no_broker = evalq("worker", cwd=workdir)
     assert no_broker.returncode == 2
     assert "EVALQ_BROKER_URL" in no_broker.stderr
 
-    bad = _evalq(
+    bad = evalq(
         "enqueue",
         str(EXAMPLES),
         cwd=workdir,
@@ -81,7 +61,7 @@ def test_worker_and_enqueue_refuse_missing_or_invalid_configuration(workdir: Pat
     assert "EVALQ_THRESHOLDS" in bad.stderr
 
     secret = "sk-should-never-be-printed"
-    keyed = _evalq("enqueue", str(EXAMPLES), cwd=workdir, judge="systemone", judge_api_key=secret)
+    keyed = evalq("enqueue", str(EXAMPLES), cwd=workdir, judge="systemone", judge_api_key=secret)
     assert keyed.returncode == 2
     assert "EVALQ_THRESHOLDS" in keyed.stderr
     assert secret not in keyed.stderr + keyed.stdout
@@ -89,7 +69,7 @@ def test_worker_and_enqueue_refuse_missing_or_invalid_configuration(workdir: Pat
 
 def test_enqueue_backfill_batches_on_the_backfill_queue(redis_url: str, workdir: Path) -> None:
     """`evalq enqueue --lane backfill` packs EVALQ_BATCH_SIZE snapshots per JSON message."""
-    done = _evalq(
+    done = evalq(
         "enqueue",
         str(EXAMPLES),
         "--lane",
@@ -111,19 +91,17 @@ def test_enqueue_backfill_batches_on_the_backfill_queue(redis_url: str, workdir:
 def test_worker_command_serves_every_lane_and_outcome_flags(
     redis_url: str,
     workdir: Path,
-    sqlite_url: str,
-    open_test_store: Callable[[str], Store],
+    store_url: str,
+    store: Store,
 ) -> None:
     """`evalq worker` (no lane flags) serves live, backfill and outcomes; `evalq outcome` links."""
-    env = {"broker_url": redis_url, "store_url": sqlite_url, "batch_size": "4"}
-    worker = WorkerProcess(worker_env(**env), workdir / "worker.log", [*_command(), "worker"])
+    env = {"broker_url": redis_url, "store_url": store_url, "batch_size": "4"}
+    worker = WorkerProcess(worker_env(**env), workdir / "worker.log", [*evalq_command(), "worker"])
     try:
         worker.wait_ready()
-        assert (
-            _evalq("enqueue", str(EXAMPLES), "--lane", "backfill", cwd=workdir, **env).returncode
-            == 0
-        )
-        sent = _evalq(
+        enqueued = evalq("enqueue", str(EXAMPLES), "--lane", "backfill", cwd=workdir, settings=env)
+        assert enqueued.returncode == 0, enqueued.stderr
+        sent = evalq(
             "outcome",
             "--event-id",
             "ev-1",
@@ -134,16 +112,15 @@ def test_worker_command_serves_every_lane_and_outcome_flags(
             "--value",
             '{"amount": 12.5}',
             cwd=workdir,
-            **env,
+            settings=env,
         )
         assert sent.returncode == 0, sent.stderr
-        store = open_test_store(sqlite_url)
         wait_until(lambda: store.count_evaluations() == 6, 30, "six evaluations")
         order = next(r for r in store.iter_results() if r.trace_id == "order-42")
         wait_until(lambda: bool(store.links_for_evaluation(order.evaluation_id)), 20, "the link")
         (link,) = store.links_for_evaluation(order.evaluation_id)
         assert link.outcome.value == {"amount": 12.5}
-        report = json.loads(_evalq("report", "--json", cwd=workdir, **env).stdout)
+        report = json.loads(evalq("report", "--json", cwd=workdir, settings=env).stdout)
         assert report["evaluations"] == 6
     finally:
         worker.stop()
