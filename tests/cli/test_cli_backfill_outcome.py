@@ -110,3 +110,19 @@ def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
     assert resumed.returncode == 0, resumed.stderr
     assert "read 2000," in resumed.stdout
     assert "already sent 0," not in resumed.stdout
+
+
+def test_outcome_event_flags_have_environment_twins(redis_url: str, store_url: str) -> None:
+    """EVALQ_OUTCOME_EVENT_ID, _TRACE_ID, _NAME, _VALUE, _OBSERVED_AT stand in for the flags."""
+    twins = {
+        "outcome_event_id": "ev-env",
+        "outcome_trace_id": "t-env",
+        "outcome_name": "refund_reversed",
+        "outcome_value": '{"amount": 3}',
+        "outcome_observed_at": "2025-01-02T03:04:05Z",
+    }
+    done = evalq("outcome", settings={**twins, "broker_url": redis_url, "store_url": store_url})
+    assert done.returncode == 0, done.stderr
+    assert "sent 1 outcome event" in done.stdout
+    (sent,) = [args[0] for args in queued_payloads(redis_url, "evalq.outcomes")]
+    assert (sent["event_id"], sent["trace_id"], sent["value"]) == ("ev-env", "t-env", {"amount": 3})

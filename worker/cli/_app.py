@@ -1,6 +1,9 @@
-"""The ``evalq`` Typer app and its two consoles (results on stdout, messages on stderr)."""
+"""The ``evalq`` Typer app (with ``--version``) and its two consoles (stdout, stderr)."""
 
 from __future__ import annotations
+
+from importlib.metadata import version
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -16,3 +19,21 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        out.print(f"evalq {version('evalq')}", highlight=False, markup=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Options of ``evalq`` itself (before the command)."""

@@ -18,7 +18,7 @@ from ._common import (
     require_broker,
     settings,
 )
-from ._options import FormatOpt, MetricSetOpt, UnitOpt
+from ._options import FormatOpt, MetricSetOpt, UnitOpt, setting
 
 __all__ = ["EPILOG", "enqueue"]
 
@@ -44,7 +44,7 @@ def enqueue(
     metric_set: MetricSetOpt = None,
     batch_size: Annotated[
         int | None,
-        typer.Option("--batch-size", help="Snapshots per backfill message [env: EVALQ_BATCH_SIZE]"),
+        setting("--batch-size", "EVALQ_BATCH_SIZE", "Snapshots per backfill message"),
     ] = None,
 ) -> None:
     """Read FILE into snapshots and enqueue them (backfill lane: batched)."""

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from typer.models import OptionInfo
 
 from producer.snapshot import OutcomeEvent
 
@@ -30,6 +31,13 @@ EPILOG = (
     "Exit status: 1 when any line was rejected, 2 for invalid flags."
 )
 """The ``--help`` epilog: exit statuses."""
+
+
+def _event(flag: str, text: str) -> OptionInfo:
+    """An event flag, with its twin ``EVALQ_OUTCOME_<FLAG>``."""
+    variable = "EVALQ_OUTCOME_" + flag.removeprefix("--").upper().replace("-", "_")
+    option: OptionInfo = typer.Option(flag, envvar=variable, help=text)
+    return option
 
 
 @dataclass(frozen=True)
@@ -62,15 +70,15 @@ def outcome(
         ),
     ] = None,
     *,
-    event_id: Annotated[str | None, typer.Option("--event-id")] = None,
-    trace_id: Annotated[str | None, typer.Option("--trace-id")] = None,
-    name: Annotated[str | None, typer.Option("--name")] = None,
-    value: Annotated[str, typer.Option("--value", help="JSON value (default null)")] = "null",
-    observed_at: Annotated[
-        str | None, typer.Option("--observed-at", help="ISO time (default now)")
+    event_id: Annotated[str | None, _event("--event-id", "Unique id of the event")] = None,
+    trace_id: Annotated[str | None, _event("--trace-id", "Trace the fact is about")] = None,
+    name: Annotated[str | None, _event("--name", "Outcome name, e.g. refund_reversed")] = None,
+    value: Annotated[str, _event("--value", "JSON value (default null)")] = "null",
+    observed_at: Annotated[str | None, _event("--observed-at", "ISO time (default now)")] = None,
+    session_id: Annotated[str | None, _event("--session-id", "Session it belongs to")] = None,
+    unit_event_id: Annotated[
+        str | None, _event("--unit-event-id", "Event of the trace it is about")
     ] = None,
-    session_id: Annotated[str | None, typer.Option("--session-id")] = None,
-    unit_event_id: Annotated[str | None, typer.Option("--unit-event-id")] = None,
 ) -> None:
     """Send outcome events on the outcomes lane: every line of FILE, or one from the flags."""
     from producer import send_outcomes  # noqa: PLC0415 - fast --help

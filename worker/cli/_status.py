@@ -10,8 +10,12 @@ import typer
 
 from ._app import err, out
 from ._common import settings, store
+from ._options import in_range
 
 __all__ = ["status"]
+
+_CENTURY_S = 100 * 365 * 86400
+"""The longest ``--window-s``: beyond it the window's start cannot be a datetime."""
 
 
 def status(
@@ -24,8 +28,7 @@ def status(
         typer.Option(
             "--window-s",
             envvar="EVALQ_STATUS_WINDOW_S",
-            min=0,
-            max=100 * 365 * 86400,  # a century; beyond it the window cannot be a datetime
+            callback=in_range(0, _CENTURY_S),
             help="Decision counts over the last S seconds (0: all time)",
         ),
     ] = 3600.0,
@@ -34,7 +37,7 @@ def status(
         typer.Option(
             "--stale-after-s",
             envvar="EVALQ_STATUS_STALE_AFTER_S",
-            min=0,
+            callback=in_range(0),
             help="A backfill with no checkpoint for this long is 'stalled'",
         ),
     ] = 300.0,
@@ -43,7 +46,7 @@ def status(
         typer.Option(
             "--inspect-timeout-s",
             envvar="EVALQ_STATUS_INSPECT_TIMEOUT_S",
-            min=0.1,
+            callback=in_range(0.1),
             help="Wait this long for workers to answer inspect ping/active",
         ),
     ] = 1.0,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ._common import invalid_config, require_broker, settings
-from ._options import ConcurrencyOpt, ConfigOpt, LanesOpt
+from ._options import ConcurrencyOpt, ConfigOpt, LanesOpt, setting
 
 __all__ = ["worker"]
 
@@ -18,13 +18,9 @@ def worker(
     concurrency: ConcurrencyOpt = None,
     processes: Annotated[
         int | None,
-        typer.Option(
-            "--processes", help="Consumer processes (default: one per core) [env: EVALQ_PROCESSES]"
-        ),
+        setting("--processes", "EVALQ_PROCESSES", "Consumer processes (default: one per core)"),
     ] = None,
-    loglevel: Annotated[
-        str | None, typer.Option("--loglevel", help="Log level [env: EVALQ_LOG_LEVEL]")
-    ] = None,
+    loglevel: Annotated[str | None, setting("--loglevel", "EVALQ_LOG_LEVEL", "Log level")] = None,
     hostname: Annotated[
         str | None,
         typer.Option("--hostname", envvar="EVALQ_WORKER_HOSTNAME", help="Celery node name"),
