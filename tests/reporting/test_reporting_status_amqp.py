@@ -17,6 +17,7 @@ from kombu import Connection
 from producer import LANE_QUEUES, Lane, Producer
 from tests.queue.queue_kit import example_snapshots
 from tests.reporting.reporting_kit import evalq
+from worker.store import open_store
 
 pytestmark = pytest.mark.services
 
@@ -66,9 +67,9 @@ def test_status_reads_rabbitmq_queue_depth(private_amqp: str, tmp_path: Path) ->
     """Three snapshots published to the live lane show as depth 3; unacked and age are unknown."""
     with Producer(private_amqp) as producer:
         producer.enqueue_many(list(example_snapshots().values())[:3], lane=Lane.LIVE)
-    done = evalq(
-        "status", "--json", broker_url=private_amqp, store_url=f"sqlite:///{tmp_path / 's.db'}"
-    )
+    store_url = f"sqlite:///{tmp_path / 's.db'}"
+    open_store(store_url).close()  # status reads an existing store, never creates one
+    done = evalq("status", "--json", broker_url=private_amqp, store_url=store_url)
     assert done.returncode == 0, done.stderr
     broker = json.loads(done.stdout)["broker"]
     assert broker["error"] is None

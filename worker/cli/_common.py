@@ -73,15 +73,33 @@ def require_broker(config: Settings) -> str:
         invalid_config(exc)
 
 
+def _require_existing(url: str) -> None:
+    """Refuse a SQLite store file that does not exist (opening it would create an empty one)."""
+    from worker.store import STORE_URL_SETTING, store_location  # noqa: PLC0415 - fast --help
+
+    if not url.startswith("sqlite:"):
+        return  # a PostgreSQL database that does not exist fails to connect, naming itself
+    where = Path(store_location(url))
+    if not where.exists():
+        invalid(
+            f"{STORE_URL_SETTING}: no store at {where}; point {STORE_URL_SETTING} at the "
+            "workers' store (sqlite:////absolute/path.db or postgresql://…), or create one "
+            "with `evalq run FILE` or `evalq store migrate`"
+        )
+
+
 @contextmanager
-def store(config: Settings, *, migrate: bool = True) -> Iterator[Store]:
+def store(config: Settings, *, migrate: bool = True, existing: bool = False) -> Iterator[Store]:
     """The open store; on any store failure one line ``EVALQ_STORE_URL: … (CODE)``, exit 2.
 
     The store is reached once, without retries, when it opens (``Store.probe``): an unreachable
-    one fails within its connect timeout instead of ending in a traceback.
+    one fails within its connect timeout instead of ending in a traceback. ``existing``: a
+    reader's store, so a SQLite file that is not there is refused instead of created.
     """
     from worker.store import StoreError, failure_line, open_store  # noqa: PLC0415 - fast --help
 
+    if existing:
+        _require_existing(config.store_url)
     try:
         with open_store(config.store_url, migrate=migrate) as opened:
             yield opened

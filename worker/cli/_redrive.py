@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ._app import err, out
-from ._common import connected, require_broker, settings, store
+from ._common import connected, invalid, require_broker, settings, store
 
 __all__ = ["redrive"]
 
@@ -19,8 +19,12 @@ def redrive(
     ] = None,
 ) -> None:
     """Re-enqueue open dead letters that decode to a snapshot or outcome now."""
-    from worker.dead_letters import redrive as redrive_open  # noqa: PLC0415 - fast --help
+    from worker.dead_letters import DeadLetterCode  # noqa: PLC0415 - fast --help
+    from worker.dead_letters import redrive as redrive_open  # noqa: PLC0415
 
+    if reason is not None and reason not in tuple(DeadLetterCode):
+        known = ", ".join(DeadLetterCode)
+        invalid(f"--reason: unknown reason code {reason}; known: {known}")
     config = settings()
     with store(config) as opened, connected(config, require_broker(config)) as producer:
         summary = redrive_open(opened, producer, reason=reason, batch_size=config.batch_size)

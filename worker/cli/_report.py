@@ -126,7 +126,9 @@ def report(
     )
     config = settings()
     scope = _scope(flags)
-    with store(config) as opened:
+    if html is not None and not html.parent.is_dir():  # before reading every record
+        invalid(f"cannot write --html {html} (no directory {html.parent})")
+    with store(config, existing=True) as opened:
         result = build_report(opened, scope)
     _show(result, as_json=as_json, html=html)
 
@@ -148,13 +150,25 @@ def _show(result: EvalReport, *, as_json: bool, html: Path | None) -> None:
         err.print("[bold yellow]SYNTHETIC judge[/]: placeholder answers, not a model's judgment")
 
 
+def _metric_ids(text: str | None) -> tuple[str, ...]:
+    """The ``--metrics`` list; an id no metric set has is refused, naming the known ones."""
+    from worker.metric_sets import metric_names  # noqa: PLC0415 - fast --help
+
+    wanted = tuple(m.strip() for m in (text or "").split(",") if m.strip())
+    known = metric_names()
+    unknown = [m for m in wanted if m not in known]
+    if unknown:
+        invalid(f"--metrics: unknown metric id {', '.join(unknown)}; known: {', '.join(known)}")
+    return wanted
+
+
 def _scope(flags: _ScopeFlags) -> ReportScope:
     from worker.reporting import ReportScope  # noqa: PLC0415 - fast --help
 
     now = datetime.now(UTC)
     since = when("since", flags.since, "30m, 6h, 7d", now) if flags.since else None
     until = when("until", flags.until, "30m, 6h, 7d", now) if flags.until else None
-    metric_ids = tuple(m.strip() for m in (flags.metrics or "").split(",") if m.strip())
+    metric_ids = _metric_ids(flags.metrics)
     try:
         return ReportScope.model_validate(
             {

@@ -106,7 +106,7 @@ def status(
         min_workers=min_workers,
         min_recent_5m=min_recent,
     )
-    with store(config) as opened:
+    with store(config, existing=True) as opened:
         found = collect_status(
             opened,
             config,
