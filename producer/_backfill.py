@@ -606,13 +606,13 @@ def run_backfill(
     computed = backfill_id_for(
         sources, format=format, unit=unit, metric_set=metric_set, sampler=sampler
     )
+    if resume is not None and store is not None and not _has_checkpoints(store, resume, sources):
+        # A mistyped id (derived or custom) is unknown, not a mismatch; resuming it would
+        # restart under a new rule: new snapshot ids, everything evaluated a second time.
+        raise ValueError("no checkpoints for this backfill id and these paths (UNKNOWN_BACKFILL)")
     if resume is not None and resume.startswith("bf-") and resume != computed:
         raise ValueError("resume id does not match these paths and options (BACKFILL_MISMATCH)")
     chosen = resume or backfill_id or computed
-    if resume is not None and store is not None and not _has_checkpoints(store, resume, sources):
-        # A mistyped custom id would otherwise restart under a new rule: new snapshot ids, so
-        # everything would be evaluated a second time.
-        raise ValueError("no checkpoints for this backfill id and these paths (UNKNOWN_BACKFILL)")
     opts = _Options(
         send=send, store=store, backfill_id=chosen, resuming=resume is not None,
         batch_size=batch_size, format=format, unit=unit, metric_set=metric_set,

@@ -126,3 +126,32 @@ def test_outcome_event_flags_have_environment_twins(redis_url: str, store_url: s
     assert "sent 1 outcome event" in done.stdout
     (sent,) = [args[0] for args in queued_payloads(redis_url, "evalq.outcomes")]
     assert (sent["event_id"], sent["trace_id"], sent["value"]) == ("ev-env", "t-env", {"amount": 3})
+
+
+def test_resume_of_a_mistyped_derived_id_is_unknown_not_a_mismatch(
+    workdir: Path, redis_url: str, store_url: str
+) -> None:
+    """--resume bf-… that never ran: UNKNOWN_BACKFILL (exit 2), not BACKFILL_MISMATCH."""
+    path = workdir / "traces.jsonl"
+    write_lines(path, 5)
+    env = {"broker_url": redis_url, "store_url": store_url}
+    done = evalq("backfill", str(path), "--resume", "bf-0000000000000000", settings=env)
+    assert done.returncode == 2
+    assert "UNKNOWN_BACKFILL" in done.stderr
+    assert "BACKFILL_MISMATCH" not in done.stderr
+    assert queue_length(redis_url, "evalq.backfill") == 0
+
+
+def test_an_empty_input_file_says_so(workdir: Path, redis_url: str, store_url: str) -> None:
+    """enqueue, backfill and outcome of an empty file: 'no … in FILE: nothing to …', exit 0."""
+    empty = workdir / "empty.jsonl"
+    empty.write_text("")
+    env = {"broker_url": redis_url, "store_url": store_url}
+    for argv, said in [
+        (["enqueue", str(empty)], f"no traces in {empty}: nothing to enqueue"),
+        (["backfill", str(empty)], f"no traces in {empty}: nothing to enqueue"),
+        (["outcome", str(empty)], f"no outcome events in {empty}: nothing to send"),
+    ]:
+        done = evalq(*argv, settings=env)
+        assert done.returncode == 0, (argv, done.stderr)
+        assert said in " ".join(done.stderr.split()), (argv, done.stderr)

@@ -12,7 +12,15 @@ import typer
 from producer.snapshot import LANE_QUEUES, Lane
 
 from ._app import err, out
-from ._common import broker_down, connected, invalid, print_rejections, require_broker, settings
+from ._common import (
+    broker_down,
+    connected,
+    invalid,
+    print_rejections,
+    require_broker,
+    say_empty,
+    settings,
+)
 from ._options import FormatOpt, MetricSetOpt, UnitOpt
 
 if TYPE_CHECKING:
@@ -123,6 +131,10 @@ def backfill(
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print_backfill(summary, chosen)
+    if summary.progress.read == 0 and summary.progress.rejected == 0 and resume is None:
+        say_empty(" ".join(map(str, paths)), "traces", "enqueue")
+    if summary.progress.rejected or summary.progress.failed:
+        raise typer.Exit(1)
 
 
 def _hint(job: _Backfill) -> str:
@@ -209,5 +221,3 @@ def _print_backfill(summary: BackfillSummary, chosen: str) -> None:
             highlight=False,
             soft_wrap=True,
         )
-    if p.rejected or p.failed:
-        raise typer.Exit(1)

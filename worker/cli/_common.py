@@ -31,6 +31,7 @@ __all__ = [
     "loads_strict",
     "print_rejections",
     "require_broker",
+    "say_empty",
     "settings",
     "store",
 ]
@@ -113,6 +114,11 @@ def print_rejections(examples: Iterable[RejectedLine], total: int) -> None:
         err.print(f"  {rejected}", highlight=False, markup=False, soft_wrap=True)
     if total > SHOWN_REJECTIONS:
         err.print(f"  … and {total - SHOWN_REJECTIONS} more rejected lines", highlight=False)
+
+
+def say_empty(source: str, what: str, action: str) -> None:
+    """An input that held nothing: ``no traces in FILE: nothing to enqueue`` on stderr."""
+    err.print(f"no {what} in {source}: nothing to {action}", highlight=False, markup=False)
 
 
 def broker_down(exc: BaseException, hint: str | None = None) -> NoReturn:

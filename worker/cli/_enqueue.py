@@ -16,6 +16,7 @@ from ._common import (
     invalid,
     print_rejections,
     require_broker,
+    say_empty,
     settings,
 )
 from ._options import FormatOpt, MetricSetOpt, UnitOpt, setting
@@ -60,6 +61,8 @@ def enqueue(
         sent = producer.send_many(snapshots, lane=chosen, batch_size=per_message)
     out.print(f"enqueued {sent} snapshot(s); rejected lines: {report.rejected_count}")
     print_rejections(report.rejected, report.rejected_count)
+    if sent == 0 and report.rejected_count == 0:
+        say_empty(str(file), "traces", "enqueue")
     if report.rejected_count:
         raise typer.Exit(1)
 

@@ -21,6 +21,7 @@ from ._common import (
     loads_strict,
     print_rejections,
     require_broker,
+    say_empty,
     settings,
 )
 
@@ -97,6 +98,8 @@ def outcome(
         summary = send_outcomes(file, producer.outcome, keep=SHOWN_REJECTIONS)
     out.print(f"sent {summary.sent} outcome event(s); rejected lines: {summary.rejected}")
     print_rejections(summary.rejected_examples, summary.rejected)
+    if summary.sent == 0 and summary.rejected == 0:
+        say_empty(str(file), "outcome events", "send")
     if summary.rejected:
         raise typer.Exit(1)
 

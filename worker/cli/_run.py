@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ._app import err, out
-from ._common import print_rejections, settings, store
+from ._common import print_rejections, say_empty, settings, store
 from ._options import ConfigOpt
 
 if TYPE_CHECKING:
@@ -64,6 +64,8 @@ def run(
         )
     _print_run(result, config)
     print_rejections(result.rejected_examples, result.rejected_lines)
+    if result.expected == 0 and result.rejected_lines == 0:
+        say_empty(str(file), "traces", "evaluate")
     if result.timed_out or result.evaluated == 0 or result.rejected_lines:
         raise typer.Exit(1)
 
