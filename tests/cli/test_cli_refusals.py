@@ -37,13 +37,14 @@ def test_redrive_refuses_an_unknown_reason_and_lists_the_codes(tmp_path: Path) -
 
 
 def test_report_and_status_without_a_store_say_so_and_create_none() -> None:
-    """No evalq.db here: report and status exit 2 naming the path and EVALQ_STORE_URL."""
+    """No evalq.db here: report and status exit 2 in one line naming the path and the variable."""
     with tempfile.TemporaryDirectory() as name:
         directory = Path(name)
         for command in ("report", "status"):
             result = _invoke(directory, command)
             assert result.exit_code == 2, result.output
             text = " ".join(result.output.split())
-            assert f"no store at {directory.resolve() / 'evalq.db'}" in text
+            where = directory.resolve() / "evalq.db"
+            assert text.startswith(f"EVALQ_STORE_URL: {where} does not exist (NO_STORE);"), text
             assert "point EVALQ_STORE_URL at the workers' store" in text
         assert list(directory.iterdir()) == []

@@ -75,17 +75,20 @@ def require_broker(config: Settings) -> str:
 
 
 def _require_existing(url: str) -> None:
-    """Refuse a SQLite store file that does not exist (opening it would create an empty one)."""
+    """Refuse a SQLite store file that is not there (opening it would create an empty one).
+
+    Only where it could be created: a path no file can have fails to open, as any store does.
+    """
     from worker.store import STORE_URL_SETTING, store_location  # noqa: PLC0415 - fast --help
 
     if not url.startswith("sqlite:"):
         return  # a PostgreSQL database that does not exist fails to connect, naming itself
     where = Path(store_location(url))
-    if not where.exists():
+    if where.parent.is_dir() and not where.exists():
         invalid(
-            f"{STORE_URL_SETTING}: no store at {where}; point {STORE_URL_SETTING} at the "
-            "workers' store (sqlite:////absolute/path.db or postgresql://…), or create one "
-            "with `evalq run FILE` or `evalq store migrate`"
+            f"{STORE_URL_SETTING}: {where} does not exist (NO_STORE); point {STORE_URL_SETTING} "
+            "at the workers' store (sqlite:////absolute/path.db or postgresql://…), or create it "
+            "with `evalq store migrate`"
         )
 
 
