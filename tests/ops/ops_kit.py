@@ -36,6 +36,7 @@ __all__ = [
     "child_env",
     "compose",
     "env_example",
+    "env_file",
     "flower",
     "get",
     "localize",
@@ -62,14 +63,19 @@ def compose() -> dict[str, Any]:
     return doc
 
 
-def env_example() -> dict[str, str]:
-    """ops/evalq.env.example as a mapping (comments and blank lines skipped)."""
+def env_file(name: str) -> dict[str, str]:
+    """``ops/<name>`` as a mapping (comments and blank lines skipped)."""
     pairs: dict[str, str] = {}
-    for line in (OPS / "evalq.env.example").read_text(encoding="utf-8").splitlines():
+    for line in (OPS / name).read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             key, _, value = line.partition("=")
             pairs[key.strip()] = value.strip()
     return pairs
+
+
+def env_example() -> dict[str, str]:
+    """ops/broker.env.example and ops/evalq.env.example together (what a worker receives)."""
+    return env_file("broker.env.example") | env_file("evalq.env.example")
 
 
 class Service:
@@ -198,7 +204,7 @@ def flower(
     """Run compose's Flower command on a free loopback port; yields (base_url, process).
 
     The compose shell string is executed by ``/bin/sh -c`` exactly as in the container, with
-    ``EVALQ_BROKER_URL``/``FLOWER_BASIC_AUTH`` in its environment (as from ops/evalq.env).
+    ``EVALQ_BROKER_URL``/``FLOWER_BASIC_AUTH`` in its environment (as from ops/broker.env).
     """
     port = free_port()
     argv = localize(

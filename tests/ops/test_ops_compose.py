@@ -27,6 +27,7 @@ from tests.ops.ops_kit import (
     child_env,
     compose,
     env_example,
+    env_file,
     get,
     localize,
     run_check,
@@ -43,6 +44,8 @@ from worker.runtime import _build_judge
 from worker.settings import load_settings
 
 ONE_SHOT = {"backfill-examples", "evalq"}
+BROKER_ONLY = {"redis", "flower", "queue-exporter"}
+"""Services given ops/broker.env alone (they need nothing of ops/evalq.env)."""
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|API_KEY|BASIC_AUTH|TOKEN", re.IGNORECASE)
 
 # Every compose service → the tests that run its command (or, for third-party images, check the
@@ -127,18 +130,34 @@ def test_long_running_services_restart_and_have_healthchecks() -> None:
         assert spec.get("healthcheck", {}).get("test"), name
 
 
-def test_secrets_come_only_from_the_env_file() -> None:
-    """No secret value in compose.yaml: no `environment:`, every app service reads ops/evalq.env."""
+def test_secrets_come_only_from_the_env_files() -> None:
+    """No secret value in compose.yaml: no `environment:`, every service reads the env files."""
     doc = compose()
     for name, spec in doc["services"].items():
         assert "environment" not in spec, name
-        if "build" in spec or name in ("redis", "postgres", "grafana"):
+        if name in BROKER_ONLY:
+            assert spec.get("env_file") == ["ops/broker.env"], name
+        elif "build" in spec:
+            assert spec.get("env_file") == ["ops/broker.env", "ops/evalq.env"], name
+        elif name in ("postgres", "grafana"):
             assert spec.get("env_file") == ["ops/evalq.env"], name
     text = (ROOT / "compose.yaml").read_text(encoding="utf-8")
     for key, value in env_example().items():
         if SECRET_NAME.search(key):
             assert "CHANGE_ME" in value, key
             assert value not in text, key
+
+
+def test_flower_and_the_exporter_get_no_judge_key_and_no_database_password() -> None:
+    """Flower and the queue exporter receive ops/broker.env alone: the broker URL, nothing more."""
+    services = compose()["services"]
+    for name in ("flower", "queue-exporter"):
+        received: dict[str, str] = {}
+        for path in services[name]["env_file"]:
+            received |= env_file(Path(path).name + ".example")
+        assert "EVALQ_BROKER_URL" in received, name
+        leaked = {"EVALQ_JUDGE_API_KEY", "POSTGRES_PASSWORD", "EVALQ_STORE_URL"} & set(received)
+        assert leaked == set(), (name, leaked)
 
 
 def test_required_variables_are_guarded_and_documented() -> None:
@@ -149,15 +168,16 @@ def test_required_variables_are_guarded_and_documented() -> None:
     assert guarded <= set(env_example())
 
 
-def test_real_env_file_is_git_ignored() -> None:
-    """ops/evalq.env (the copy with real secrets) is ignored by git; the example is not."""
-    ignored = subprocess.run(
-        ["git", "check-ignore", "-q", "ops/evalq.env"], cwd=ROOT, check=False, timeout=30
-    )
-    example = subprocess.run(
-        ["git", "check-ignore", "-q", "ops/evalq.env.example"], cwd=ROOT, check=False, timeout=30
-    )
-    assert (ignored.returncode, example.returncode) == (0, 1)
+def test_real_env_files_are_git_ignored() -> None:
+    """The env files with real secrets (ops/broker.env, ops/evalq.env) are ignored, not examples."""
+    for name in ("broker.env", "evalq.env"):
+        ignored = subprocess.run(
+            ["git", "check-ignore", "-q", f"ops/{name}"], cwd=ROOT, check=False, timeout=30
+        )
+        example = subprocess.run(
+            ["git", "check-ignore", "-q", f"ops/{name}.example"], cwd=ROOT, check=False, timeout=30
+        )
+        assert (ignored.returncode, example.returncode) == (0, 1), name
 
 
 def test_published_ports_bind_loopback_only() -> None:
