@@ -258,8 +258,39 @@ def run_pipeline(
     timeout_s: float = 300.0,
     progress: Callable[[int, int, int], None] | None = None,
 ) -> RunResult:
-    """``evalq run FILE``: the whole pipeline on this machine, through the real queue."""
+    """``evalq run FILE``: the whole pipeline on this machine, through the real queue.
+
+    Interrupted (Ctrl-C, or SIGTERM turned into an exception), it stops what it started and
+    removes its temporary directory before the interruption goes on.
+    """
     workdir = Path(tempfile.mkdtemp(prefix="evalq-run-"))
+    try:
+        result = _run_in(
+            workdir,
+            path,
+            settings,
+            spawn_worker=spawn_worker,
+            timeout_s=timeout_s,
+            progress=progress,
+        )
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    if not result.timed_out:
+        shutil.rmtree(workdir, ignore_errors=True)  # kept on failure: it holds the worker log
+        result.worker_log = None
+    return result
+
+
+def _run_in(
+    workdir: Path,
+    path: Path,
+    settings: Settings,
+    *,
+    spawn_worker: bool,
+    timeout_s: float,
+    progress: Callable[[int, int, int], None] | None,
+) -> RunResult:
     store = open_store(settings.store_url)
     metric_set = configured_metric_set(settings, settings.metric_set)
     with ExitStack() as stack:
@@ -294,7 +325,4 @@ def run_pipeline(
             worker_log=worker.log_path if worker else None,
         )
         _tally(store, ids, metric_set.version, result)
-    if not result.timed_out:
-        shutil.rmtree(workdir, ignore_errors=True)  # kept on failure: it holds the worker log
-        result.worker_log = None
     return result

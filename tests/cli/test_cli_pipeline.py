@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +128,48 @@ def test_worker_command_serves_every_lane_and_outcome_flags(
         assert report["evaluations"] == 6
     finally:
         worker.stop()
+
+
+def _started_run(workdir: Path, *args: str) -> subprocess.Popen[str]:
+    """`evalq run examples/traces.jsonl ARGS` with its temporary files under ``workdir/tmp``."""
+    (workdir / "tmp").mkdir()
+    env = worker_env() | {"TMPDIR": str(workdir / "tmp")}
+    return subprocess.Popen(
+        [*evalq_command(), "run", str(EXAMPLES), *args],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_ctrl_c_in_run_prints_a_summary_and_removes_its_temporary_directory(
+    workdir: Path,
+) -> None:
+    """SIGINT while waiting: exit 130, what was done and where the records are; no evalq-run-*."""
+    running = _started_run(workdir, "--no-worker", "--timeout-s", "60")
+    try:
+        wait_until(lambda: any((workdir / "tmp").glob("evalq-run-*/redis")), 30, "the run")
+        time.sleep(1.0)  # usually enqueued and waiting by now; enqueuing ("of ?") is fine too
+        running.send_signal(signal.SIGINT)
+        _, stderr = running.communicate(timeout=30)
+    finally:
+        running.kill()
+    assert running.returncode == 130, stderr
+    said = " ".join(stderr.split())
+    assert re.search(r"interrupted: 0 of (6|\?) snapshot\(s\) evaluated, 0 dead-lettered", said), (
+        stderr
+    )
+    assert f"the records so far are in {(workdir / 'evalq.db').resolve()}" in said
+    assert list((workdir / "tmp").iterdir()) == []
+
+
+def test_run_no_worker_explains_its_timeout(workdir: Path) -> None:
+    """`run --no-worker` with nothing consuming: exit 1 and a message saying a worker is needed."""
+    running = _started_run(workdir, "--no-worker", "--timeout-s", "2")
+    _, stderr = running.communicate(timeout=60)
+    assert running.returncode == 1
+    said = " ".join(stderr.split())
+    assert "with --no-worker the snapshots wait for a running worker" in said, stderr
+    assert "start `evalq worker` on this broker and store" in said

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ._app import err, out
-from ._common import print_rejections, say_empty, settings, store
+from ._common import invalid, print_rejections, say_empty, settings, store
 from ._options import ConfigOpt
 
 if TYPE_CHECKING:
@@ -49,19 +50,26 @@ def run(
     from worker.embedded import run_pipeline  # noqa: PLC0415 - fast --help
 
     config = settings(config=config_file)
-    with store(config):  # fail fast, in one line, before starting Redis and a worker
-        pass
+    with store(config) as opened:  # fail fast, in one line, before starting Redis and a worker
+        where = opened.location
     # SIGTERM unwinds like Ctrl-C, so the embedded Redis and the worker are stopped too.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    with _progress() as progress:
-        task = progress.add_task("evaluating", total=None)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    seen = _Seen()
+    try:
+        with _progress() as progress:
+            task = progress.add_task("evaluating", total=None)
 
-        def update(done: int, dead: int, total: int) -> None:
-            progress.update(task, completed=done + dead, total=total)
+            def update(done: int, dead: int, total: int) -> None:
+                seen.done, seen.dead, seen.total = done, dead, total
+                progress.update(task, completed=done + dead, total=total)
 
-        result = run_pipeline(
-            file, config, spawn_worker=spawn_worker, timeout_s=timeout_s, progress=update
-        )
+            result = run_pipeline(
+                file, config, spawn_worker=spawn_worker, timeout_s=timeout_s, progress=update
+            )
+    except KeyboardInterrupt:
+        _interrupted(seen, where, 130)
+    except _Terminated as stop:
+        _interrupted(seen, where, 128 + stop.signum)
     _print_run(result, config)
     print_rejections(result.rejected_examples, result.rejected_lines)
     if result.expected == 0 and result.rejected_lines == 0:
@@ -70,8 +78,35 @@ def run(
         raise typer.Exit(1)
 
 
-def _exit_on_sigterm(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+@dataclass
+class _Seen:
+    """The last progress reported: evaluated, dead-lettered, expected (None: still enqueuing)."""
+
+    done: int = 0
+    dead: int = 0
+    total: int | None = None
+
+
+class _Terminated(BaseException):
+    """SIGTERM during a run: unwind like Ctrl-C (the pipeline stops what it started)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise _Terminated(signum)
+
+
+def _interrupted(seen: _Seen, where: str, code: int) -> NoReturn:
+    """What was done before the interruption, where its records are, then exit ``code``."""
+    total = "?" if seen.total is None else seen.total
+    invalid(
+        f"interrupted: {seen.done} of {total} snapshot(s) evaluated, {seen.dead} dead-lettered; "
+        f"the records so far are in {where}",
+        code,
+    )
 
 
 def _progress() -> Progress:
@@ -108,7 +143,14 @@ def _print_run(result: RunResult, config: Settings) -> None:
         f"dead letters: {result.dead_lettered}  rejected lines: {result.rejected_lines}"
     )
     out.print(f"Store: {result.store_location}")
-    if result.timed_out:
+    if result.timed_out and result.worker_log is None:  # --no-worker: nothing of ours consumed
+        err.print(
+            "[red]not finished in time[/red]: with --no-worker the snapshots wait for a running "
+            "worker; start `evalq worker` on this broker and store, or drop --no-worker",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif result.timed_out:
         err.print(f"[red]not finished in time[/red]; worker log: {result.worker_log}")
 
 
