@@ -12,7 +12,7 @@ prometheus_client, start the exporter in the parent, and call :func:`mark_proces
 across processes without a gauge mode to choose.
 
 Queue depth is not a worker metric: every worker would report the same lists. One small process
-runs :class:`QueueCollector` instead (``python -m worker.metrics queues --port 9809``), and
+runs :class:`QueueCollector` instead (``evalq queue-exporter --port 9809``), and
 ``evalq status`` can call :meth:`QueueInspector.snapshot` directly.
 
 Label sets are bounded: lanes come from :class:`~producer.snapshot.Lane`, statuses from
@@ -93,6 +93,7 @@ __all__ = [
     "observe_queue_wait",
     "observe_report",
     "observe_reports",
+    "serve_queue_exporter",
     "start_exporter",
 ]
 
@@ -706,16 +707,23 @@ def _queue_families(stats: QueueStats) -> Iterator[Metric]:
 # -- command line (the queue exporter service) -------------------------------------------------
 
 
-def _serve_queues(args: argparse.Namespace) -> int:
+def serve_queue_exporter(
+    broker_url: str,
+    *,
+    addr: str = "127.0.0.1",
+    port: int = DEFAULT_QUEUE_EXPORTER_PORT,
+    keyprefix: str = "",
+) -> int:
+    """Serve the ``evalq_queue_*`` gauges of the Redis at ``broker_url`` until SIGTERM/SIGINT."""
     # One quick retry: a scrape against a down broker should report `evalq_queue_up 0` within
     # Prometheus's scrape timeout, not sit in redis-py's default backoff.
     client = redis.Redis.from_url(
-        args.broker_url, socket_timeout=5, socket_connect_timeout=5, retry=Retry(NoBackoff(), 1)
+        broker_url, socket_timeout=5, socket_connect_timeout=5, retry=Retry(NoBackoff(), 1)
     )
     registry = CollectorRegistry()
-    registry.register(QueueCollector(QueueInspector(client, keyprefix=args.keyprefix)))
-    exporter = start_exporter(args.port, addr=args.addr, registry=registry)
-    print(f"evalq queue exporter on {args.addr}:{exporter.port}", flush=True)  # noqa: T201
+    registry.register(QueueCollector(QueueInspector(client, keyprefix=keyprefix)))
+    exporter = start_exporter(port, addr=addr, registry=registry)
+    print(f"evalq queue exporter on {addr}:{exporter.port}", flush=True)  # noqa: T201
     stop = threading.Event()
     # As PID 1 in a container SIGTERM has no default action: handle it, or `stop` waits for SIGKILL.
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -724,6 +732,12 @@ def _serve_queues(args: argparse.Namespace) -> int:
     exporter.stop()
     client.close()
     return 0
+
+
+def _serve_queues(args: argparse.Namespace) -> int:
+    return serve_queue_exporter(
+        args.broker_url, addr=args.addr, port=args.port, keyprefix=args.keyprefix
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

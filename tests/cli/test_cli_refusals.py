@@ -48,3 +48,10 @@ def test_report_and_status_without_a_store_say_so_and_create_none() -> None:
             assert text.startswith(f"EVALQ_STORE_URL: {where} does not exist (NO_STORE);"), text
             assert "point EVALQ_STORE_URL at the workers' store" in text
         assert list(directory.iterdir()) == []
+
+
+def test_queue_exporter_without_a_broker_names_the_variable(tmp_path: Path) -> None:
+    """`evalq queue-exporter` with no EVALQ_BROKER_URL: exit 2 naming it, nothing served."""
+    result = _invoke(tmp_path, "queue-exporter", "--port", "0")
+    assert result.exit_code == 2
+    assert "EVALQ_BROKER_URL" in result.output

@@ -400,7 +400,7 @@ def test_queue_exporter_command_of_compose(redis_url: str, tmp_path: Path) -> No
     port = str(free_port())
     spec = service("queue-exporter")
     argv = localize(spec.argv, {"0.0.0.0": "127.0.0.1", "9809": port})
-    argv[0] = str(BIN / "python")
+    argv[0] = str(BIN / "evalq")
     with Connection(redis_url) as conn:
         _publish(conn, "evalq.live", enqueued_at=time.time() - 60)
     process = started(argv, child_env({"EVALQ_BROKER_URL": redis_url}), tmp_path / "q.log")
