@@ -5,7 +5,7 @@ SQLite store in a temporary directory, the synthetic judge — with a mixed set 
 
 - the shipped examples on the live lane (no labels, default sampling);
 - gold-labelled variants of the examples with slices (agent version, environment, tool) that
-  go through a real :class:`~producer._sampling.Sampler` (canary at 1.0, the rest at 0.5), so the
+  go through a real :class:`~producer.Sampler` (canary at 1.0, the rest at 0.5), so the
   sampled ones carry weights 1 or 2 and the sampler's tally (sampled-out counts) is sent to the
   worker as the ``evalq.sampling_tally`` task;
 - a backfill over the examples stopped after its first batch (a *running* backfill with a
@@ -28,9 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from producer import OutcomeEvent, Producer, Snapshot
-from producer._backfill import run_backfill
-from producer._sampling import Sampler, SamplingRule
+from producer import OutcomeEvent, Producer, Sampler, SamplingRule, Snapshot, run_backfill
 from producer.snapshot import EVALUATE_TASK, TALLY_TASK, GoldLabel, Lane, SliceMeta
 from tests.queue.queue_kit import EXAMPLES, WorkerProcess, example_snapshots, wait_until, worker_env
 from worker.broker import broker_transport_options

@@ -7,9 +7,10 @@ were not scored. Modules, one concept each: ``_statistics`` (intervals), ``_scop
 ``_gold`` (accumulators), ``_compute`` (:func:`build_report`, :func:`compute_report`),
 ``_terminal``, ``_html`` (the static page) and ``_status``.
 
-:func:`build_report` reads records from the store (reading is fine for producers; nothing is
-written) and :func:`compute_report` turns them into one frozen :class:`EvalReport` — a pure
-function, so the terminal table, ``--json`` and ``--html`` all show the same numbers.
+:func:`build_report` reads records from the store (nothing is written) and
+:func:`compute_report` turns them into one frozen :class:`EvalReport` — a pure function, so the
+terminal table, ``--json`` and ``--html`` all show the same numbers. This package imports no
+``worker.cli``, and ``producer`` imports nothing of it.
 
 Scope
 -----
