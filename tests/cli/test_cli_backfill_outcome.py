@@ -104,7 +104,7 @@ def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
         _, stderr = running.communicate(timeout=30)
     finally:
         running.kill()
-    assert running.returncode == 128 + signal.SIGTERM
+    assert running.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     assert "terminated; continue with --resume term" in stderr
     resumed = evalq(*args[:2], "--resume", "term", settings=env)
     assert resumed.returncode == 0, resumed.stderr

@@ -86,8 +86,19 @@ class _Terminated(BaseException):
         self.signum = signum
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise _Terminated(signum)
+@dataclass
+class _Signal:
+    """The SIGTERM received, if any. The handler also raises, to stop a wait at once; a raise
+    that lands in a finalizer is swallowed by Python, so the run checks this after each batch."""
+
+    received: int | None = None
+
+    def handle(self, signum: int, _frame: object) -> None:
+        self.received = signum
+        raise _Terminated(signum)
+
+    def stop_requested(self, _progress: object) -> bool:
+        return self.received is not None
 
 
 def backfill(
@@ -121,15 +132,18 @@ def backfill(
     if chosen is None:
         chosen = backfill_id_for(sources, format=fmt, unit=unit, metric_set=config.metric_set)
     job = _Backfill(paths, chosen, resume, backfill_id, batch_size, max_depth, rate, fmt, unit)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    sigterm = _Signal()
+    previous = signal.signal(signal.SIGTERM, sigterm.handle)
     try:
-        summary = _run_backfill(job, config, url)
+        summary = _run_backfill(job, config, url, sigterm)
     except _Terminated as stop:
         invalid(f"terminated; continue with --resume {chosen}", 128 + stop.signum)
     except KeyboardInterrupt:
         invalid(f"interrupted; continue with --resume {chosen}", 130)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if sigterm.received is not None:  # its raise was swallowed; the run stopped at a batch
+        invalid(f"terminated; continue with --resume {chosen}", 128 + sigterm.received)
     _print_backfill(summary, chosen)
     if summary.progress.read == 0 and summary.progress.rejected == 0 and resume is None:
         say_empty(" ".join(map(str, paths)), "traces", "enqueue")
@@ -143,7 +157,7 @@ def _hint(job: _Backfill) -> str:
     return f"nothing sent for backfill {job.chosen}: run the same command again"
 
 
-def _run_backfill(job: _Backfill, config: Settings, url: str) -> BackfillSummary:
+def _run_backfill(job: _Backfill, config: Settings, url: str, sigterm: _Signal) -> BackfillSummary:
     """One backfill run with the store, the producer and the progress bar open."""
     import redis  # noqa: PLC0415 - fast --help
 
@@ -181,6 +195,7 @@ def _run_backfill(job: _Backfill, config: Settings, url: str) -> BackfillSummary
                 format=job.fmt,
                 unit=job.unit,
                 metric_set=config.metric_set,
+                should_stop=sigterm.stop_requested,
             )
     except (BackfillError, StoreError) as exc:
         err.print(
