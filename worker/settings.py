@@ -466,6 +466,13 @@ COMMAND_VARIABLES = frozenset(
         "EVALQ_BACKFILL_RESUME",
         "EVALQ_BACKFILL_ID",
         "EVALQ_OUTCOME_FILE",
+        "EVALQ_OUTCOME_EVENT_ID",
+        "EVALQ_OUTCOME_TRACE_ID",
+        "EVALQ_OUTCOME_NAME",
+        "EVALQ_OUTCOME_VALUE",
+        "EVALQ_OUTCOME_OBSERVED_AT",
+        "EVALQ_OUTCOME_SESSION_ID",
+        "EVALQ_OUTCOME_UNIT_EVENT_ID",
         "EVALQ_REDRIVE_REASON",
         "EVALQ_REPORT_JSON",
         "EVALQ_REPORT_HTML",
@@ -492,6 +499,9 @@ COMMAND_VARIABLES = frozenset(
         "EVALQ_RUN_TIMEOUT_S",
         "EVALQ_RUN_WORKER",
         "EVALQ_PURGE_CONTENT_BEFORE",
+        "EVALQ_QUEUE_EXPORTER_ADDR",
+        "EVALQ_QUEUE_EXPORTER_PORT",
+        "EVALQ_QUEUE_EXPORTER_KEYPREFIX",
     }
 )
 """Environment twins of command-only CLI flags (``envvar=`` of the commands; a test compares)."""
