@@ -41,18 +41,18 @@ Numbers, and how they are computed
   draws with unequal weights (no stratification or finite-population correction): an honest,
   slightly conservative interval for deterministic per-slice sampling.
 - **Latency**: evaluation ``elapsed_s`` (the engine's wall time of the whole metric group),
-  nearest-rank P50/P95 ``sorted[ceil(p·n) - 1]`` (docs/semantics.md), plus a histogram.
+  nearest-rank P50/P95 ``sorted[ceil(p·n) - 1]`` (docs/semantics.md §8), plus a histogram.
 - **Usage**: requests started, responses that reported usage and their token sums;
   ``incomplete`` when responses with usage < requests (the total cost is then a lower bound).
 
-Gold labels (docs/semantics.md)
--------------------------------
+Gold labels (docs/semantics.md §8)
+----------------------------------
 Gold labels ride in the snapshot (``Snapshot.labels``, never sent to a judge). The *labelled set*
 is every evaluation in scope whose snapshot carries at least one label; the engine's Summary is
 computed over it per metric and per *scenario* — the snapshot's slice field chosen by
 ``scenario_by`` (``tool`` by default; ``agent_version``, ``environment`` or ``source``, the
 importer that read the trace), ``(none)`` when unset, in first-seen order. The counting rules
-(docs/semantics.md): every row of the metric counts in ``total``; INCONCLUSIVE/SKIPPED/ERROR
+(docs/semantics.md §8): every row of the metric counts in ``total``; INCONCLUSIVE/SKIPPED/ERROR
 count labelled and unlabelled rows; a DECIDED row with a label is ``correct``/``incorrect`` by
 its ``label`` (label gold) or ``passed`` (verdict gold), ``unscored`` when that value is null;
 ``accuracy = correct / labelled`` with the full denominator (0 when nothing is labelled — read
@@ -82,8 +82,8 @@ Outcome-linked view
 -------------------
 For evaluations with outcome events linked to them (later facts, e.g. ``refund_reversed``), a
 table of (metric, original judgment, outcome name, outcome value) → count, plus a row per
-evaluation-level verdict (``(evaluation)``: every metric DECIDED and passed, docs/semantics.md).
-Both records are only read.
+evaluation-level verdict (``(evaluation)``: every metric DECIDED and passed,
+docs/semantics.md §6.3). Both records are only read.
 
 A report that includes any synthetic-judge evaluation says ``SYNTHETIC`` prominently.
 """

@@ -1,6 +1,7 @@
 """Results against gold labels: summaries per metric and scenario, confusion, calibration.
 
-The counting rules are the engine's (:class:`worker.evaluation.SummaryCounter`, docs/semantics.md).
+The counting rules are the engine's (:class:`worker.evaluation.SummaryCounter`,
+docs/semantics.md §8).
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def weighted_wilson(pairs: Iterable[tuple[float, bool]], z: float = Z95) -> Weig
 
 
 def nearest_rank(sorted_values: Sequence[float], percent: int) -> float:
-    """``sorted[ceil(p·n) - 1]`` (integer arithmetic), 0 for no values (docs/semantics.md)."""
+    """``sorted[ceil(p·n) - 1]`` (integer arithmetic), 0 for no values (docs/semantics.md §8)."""
     if not sorted_values:
         return 0.0
     rank = -(-percent * len(sorted_values) // 100)

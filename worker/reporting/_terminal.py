@@ -109,7 +109,7 @@ def _gold_tables(gold: GoldReport) -> list[RenderableType]:
     table = Table(
         title=f"Against gold labels (scenario = {gold.scenario_by})",
         caption="n total, lab labelled, ok correct, bad incorrect, abs inconclusive, skp skipped,"
-        " err errors, uns unscored; acc = ok / lab (docs/semantics.md)",
+        " err errors, uns unscored; acc = ok / lab (docs/semantics.md §8)",
     )
     _key_column(table, "scenario / metric")
     for name in ("n", "lab", "ok", "bad", "abs", "skp", "err", "uns", "acc"):
