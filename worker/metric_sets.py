@@ -57,6 +57,7 @@ __all__ = [
     "UnknownMetricSetError",
     "build_metric_set",
     "metric_names",
+    "reported_metric_ids",
     "set_for_unit",
 ]
 
@@ -89,6 +90,12 @@ def _agent_trajectory(thresholds: Thresholds) -> tuple[Metric, ...]:
 
 
 @functools.cache
+def reported_metric_ids() -> tuple[str, ...]:
+    """Every metric id some set evaluates, sorted: what a report may be narrowed to."""
+    any_thresholds = Thresholds(0.2, 0.8)
+    return tuple(sorted({m.id for build in METRIC_SETS.values() for m in build(any_thresholds)}))
+
+
 def metric_names() -> tuple[str, ...]:
     """Metric ids a configured list may name: the agent set's eight, then the opt-in ones."""
     return (*(m.id for m in _agent(Thresholds(0.2, 0.8))), TRAJECTORY_MATCH)

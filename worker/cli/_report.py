@@ -152,10 +152,10 @@ def _show(result: EvalReport, *, as_json: bool, html: Path | None) -> None:
 
 def _metric_ids(text: str | None) -> tuple[str, ...]:
     """The ``--metrics`` list; an id no metric set has is refused, naming the known ones."""
-    from worker.metric_sets import metric_names  # noqa: PLC0415 - fast --help
+    from worker.metric_sets import reported_metric_ids  # noqa: PLC0415 - fast --help
 
     wanted = tuple(m.strip() for m in (text or "").split(",") if m.strip())
-    known = metric_names()
+    known = reported_metric_ids()
     unknown = [m for m in wanted if m not in known]
     if unknown:
         invalid(f"--metrics: unknown metric id {', '.join(unknown)}; known: {', '.join(known)}")
