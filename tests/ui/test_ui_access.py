@@ -15,6 +15,7 @@ from tests.queue.queue_kit import worker_env
 from tests.store._store_helpers import dump_tables
 from tests.ui.ui_kit import Filled, UiServer, chrome, evalq_command, ui_server
 from worker.store import ResultFilter, open_store
+from worker.ui import Access, UiConfigError, is_loopback
 
 TOKEN = "ui-test-token-0123456789"
 
@@ -159,3 +160,29 @@ def test_browsing_writes_nothing(open_ui: UiServer, filled: Filled) -> None:
         for path in ("/", "/metrics/grounded", *(f"/records/{r.evaluation_id}" for r in rows)):
             assert client.get(path).status_code == 200
     assert dump_tables(filled.store_url) == before
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.0.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.5", False),
+        ("evalq.internal", False),
+        ("localhost.example.com", False),
+    ],
+)
+def test_only_loopback_addresses_may_serve_without_a_token(host: str, loopback: bool) -> None:
+    """Loopback is 127.0.0.0/8, ::1 and ``localhost``; any other host needs the token."""
+    assert is_loopback(host) is loopback
+    if loopback:
+        assert Access.for_host(host, None).open
+    else:
+        with pytest.raises(UiConfigError, match="EVALQ_UI_TOKEN: required"):
+            Access.for_host(host, None)
+        assert not Access.for_host(host, TOKEN).open

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
@@ -13,11 +12,13 @@ from ._common import invalid, settings, store
 __all__ = ["EPILOG", "ui"]
 
 EPILOG = (
-    "EVALQ_UI_TOKEN (environment only, never a flag) protects every page; it is required "
-    "unless --host is a loopback address. Exit status: 2 invalid configuration (a non-loopback "
-    "host without EVALQ_UI_TOKEN, an unreachable store, the ui extra missing)."
+    "EVALQ_UI_TOKEN (a setting: environment only, never a flag) protects every page; it is "
+    "required unless --host is a loopback address. Exit status: 2 invalid configuration "
+    "(a non-loopback host without EVALQ_UI_TOKEN, an unreachable store, the ui extra missing)."
 )
 """The ``--help`` epilog: the token rule and the exit status."""
+_EXTRA = frozenset({"starlette", "jinja2", "uvicorn"})
+"""The ``ui`` extra's modules: missing one means the extra is not installed."""
 
 
 def ui(
@@ -32,14 +33,17 @@ def ui(
 ) -> None:
     """Browse results (overview, per metric, one record) in a web browser; read-only."""
     try:
-        from worker.ui import TOKEN_SETTING, Access, UiConfigError, serve  # noqa: PLC0415
-    except ImportError:  # the optional extra is not installed
+        from worker.ui import Access, UiConfigError, serve  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        if exc.name not in _EXTRA:
+            raise
         invalid("evalq ui needs the ui extra: pip install 'evalq[ui]' (UI_EXTRA_MISSING)")
+    config = settings()
+    token = config.ui_token.get_secret_value() if config.ui_token is not None else None
     try:
-        access = Access.for_host(host, os.environ.get(TOKEN_SETTING))
+        access = Access.for_host(host, token)
     except UiConfigError as exc:
         invalid(str(exc))
-    config = settings()
     with store(config, migrate=False, existing=True) as opened:
         err.print(
             f"evalq ui: http://{host}:{port}/ over {opened.location} "
