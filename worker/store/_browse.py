@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ._backends import Row, Tx
-from ._reads import RecordScope, scope_filter
+from ._reads import RecordScope, _evaluation_conditions, _snapshot_conditions, scope_filter
 from ._records import StatusName, UtcTime
 
 __all__ = [
@@ -154,23 +154,33 @@ def _list_row(row: Row) -> ResultListRow:
     return ResultListRow.model_validate(fields)
 
 
+_VERDICTS = """SELECT r.metric_id, r.status, r.reason, r.passed, COUNT(*) FROM metric_results r
+{joins} WHERE {where}
+GROUP BY r.metric_id, r.status, r.reason, r.passed
+ORDER BY r.metric_id, r.status, r.reason"""
+_JOIN_EVALUATIONS = "JOIN evaluations e ON e.evaluation_id = r.evaluation_id"
+_JOIN_SNAPSHOTS = "JOIN snapshots s ON s.snapshot_id = e.snapshot_id"
+
+
+def _verdict_sql(scope: RecordScope | None) -> tuple[str, dict[str, object]]:
+    """Join only the tables the scope filters on: unscoped counts read ``metric_results`` alone."""
+    if scope is None:
+        return _VERDICTS.format(joins="", where="1 = 1"), {}
+    snap, snap_params = _snapshot_conditions(scope)
+    ev, ev_params = _evaluation_conditions(scope)
+    joins = [_JOIN_EVALUATIONS, *([_JOIN_SNAPSHOTS] if snap else [])]
+    where = " AND ".join(snap + ev) or "1 = 1"
+    return _VERDICTS.format(joins=" ".join(joins), where=where), {**snap_params, **ev_params}
+
+
 def verdict_counts(tx: Tx, scope: RecordScope | None) -> tuple[VerdictCount, ...]:
     """Results per (metric id, status, reason, passed) of the evaluations in the scope."""
-    where, params = scope_filter(scope)
-    rows = tx.rows(
-        f"""SELECT r.metric_id, r.status, r.reason, r.passed, COUNT(*) FROM metric_results r
-        JOIN evaluations e ON e.evaluation_id = r.evaluation_id
-        JOIN snapshots s ON s.snapshot_id = e.snapshot_id
-        WHERE {where}
-        GROUP BY r.metric_id, r.status, r.reason, r.passed
-        ORDER BY r.metric_id, r.status, r.reason""",  # noqa: S608 - fragments are ours
-        params,
-    )
+    sql, params = _verdict_sql(scope)
     return tuple(
         VerdictCount(
             metric_id=m, status=s, reason=r, passed=None if p is None else bool(p), n=int(n)
         )
-        for m, s, r, p, n in rows
+        for m, s, r, p, n in tx.rows(sql, params)
     )
 
 

@@ -25,7 +25,7 @@ from worker.reporting import STATUSES
 from worker.store import Store, StoreError
 
 from ._access import COOKIE, Access
-from ._pages import overview, record_view, result_list
+from ._pages import NUMBERS_TTL_S, Numbers, record_view, result_list
 from ._query import (
     SCOPE_KEYS,
     BadQuery,
@@ -81,11 +81,13 @@ class _Ui:
     def __init__(self, store: Store, access: Access) -> None:
         self.store = store
         self.access = access
+        self.numbers = Numbers(store)
         self.env = _environment()
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         context.setdefault("store_location", self.store.location)
         context.setdefault("open_access", self.access.open)
+        context.setdefault("numbers_ttl_s", NUMBERS_TTL_S)
         html = self.env.get_template(name).render(**context)
         return HTMLResponse(html, status_code=status_code, headers=_HEADERS)
 
@@ -115,7 +117,7 @@ class _Ui:
     async def overview(self, request: Request) -> Response:
         params = dict(request.query_params)
         scope = record_scope(params)
-        numbers = await run_in_threadpool(overview, self.store, scope)
+        numbers = await run_in_threadpool(self.numbers.get, scope)
         scope_query = query_string(params, SCOPE_KEYS)
         return self.render(
             "overview.html",
@@ -131,8 +133,9 @@ class _Ui:
         metric_id = request.path_params["metric_id"]
         chosen = result_filter(metric_id, params)
         scope = record_scope(params)
+        page = (before_cursor(params), page_size(params))
         listing = await run_in_threadpool(
-            result_list, self.store, chosen, scope, before_cursor(params), page_size(params)
+            result_list, self.store, self.numbers, chosen, scope, page
         )
         return self.render(
             "metric.html",

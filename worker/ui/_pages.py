@@ -8,9 +8,12 @@ sampling-weighted estimates stay with ``evalq report``.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import threading
+import time
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from worker.canonical_json import thaw
@@ -29,6 +32,8 @@ from worker.store import (
 )
 
 __all__ = [
+    "NUMBERS_TTL_S",
+    "Numbers",
     "Overview",
     "RecordView",
     "ResultList",
@@ -39,6 +44,10 @@ __all__ = [
 ]
 
 RE_EVALUATIONS_SHOWN = 100
+NUMBERS_TTL_S = 30.0
+"""How long one scope's overview numbers are reused: grouping a million results takes seconds,
+and overview → metric → record navigation should pay for it once."""
+_NUMBERS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Overview:
     evaluations: int
     dead_letters_open: int
     metrics: Mapping[str, MetricReport]
+    computed_at: datetime
 
 
 def metric_report(counts: Iterable[VerdictCount]) -> MetricReport:
@@ -91,7 +101,33 @@ def overview(store: Store, scope: RecordScope | None) -> Overview:
         evaluations=store.count_evaluations(scope),
         dead_letters_open=sum(store.open_dead_letter_counts().values()),
         metrics={m: metric_report(c) for m, c in sorted(grouped.items())},
+        computed_at=datetime.now(UTC),
     )
+
+
+class Numbers:
+    """Overviews by scope, each reused for :data:`NUMBERS_TTL_S` (thread-safe, bounded)."""
+
+    def __init__(self, store: Store, ttl_s: float = NUMBERS_TTL_S) -> None:
+        self._store = store
+        self._ttl_s = ttl_s
+        self._kept: OrderedDict[RecordScope | None, tuple[float, Overview]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, scope: RecordScope | None) -> Overview:
+        """The scope's overview, computed now unless a fresh one is kept."""
+        now = time.monotonic()
+        with self._lock:
+            kept = self._kept.get(scope)
+        if kept is not None and now - kept[0] < self._ttl_s:
+            return kept[1]
+        fresh = overview(self._store, scope)
+        with self._lock:
+            self._kept[scope] = (now, fresh)
+            self._kept.move_to_end(scope)
+            while len(self._kept) > _NUMBERS_KEPT:
+                self._kept.popitem(last=False)
+        return fresh
 
 
 @dataclass(frozen=True)
@@ -106,15 +142,16 @@ class ResultList:
 
 def result_list(
     store: Store,
+    numbers: Numbers,
     chosen: ResultFilter,
     scope: RecordScope | None,
-    before: int | None,
-    limit: int,
+    page: tuple[int | None, int],
 ) -> ResultList:
-    """A page of results; the metric's numbers in the scope (for the filter links) beside it."""
-    counts = [c for c in store.verdict_counts(scope) if c.metric_id == chosen.metric_id]
+    """A page of results (``page``: cursor, size); the metric's numbers in the scope beside it."""
+    before, limit = page
     rows, cursor = store.result_list(chosen, scope, before=before, limit=limit)
-    return ResultList(chosen.metric_id, metric_report(counts), rows, cursor)
+    report = numbers.get(scope).metrics.get(chosen.metric_id) or metric_report(())
+    return ResultList(chosen.metric_id, report, rows, cursor)
 
 
 @dataclass(frozen=True)
