@@ -82,8 +82,16 @@ def test_token_guards_every_page(token_ui: UiServer) -> None:
         assert bad_login.status_code == 401
         assert "BAD_TOKEN" in bad_login.text
         assert "nope" not in bad_login.text
-        good = client.post("/login", data={"token": TOKEN, "next": "//evil.example/"})
-        assert (good.status_code, good.headers["location"]) == (303, "/")
+        for elsewhere in ("//evil.example/", "/\t/evil.example", "/\\evil.example", "https://x"):
+            away = client.post("/login", data={"token": TOKEN, "next": elsewhere})
+            assert (away.status_code, away.headers["location"]) == (303, "/"), elsewhere
+        good = client.post(
+            "/login", data={"token": TOKEN, "next": "/metrics/grounded?status=ERROR"}
+        )
+        assert (good.status_code, good.headers["location"]) == (
+            303,
+            "/metrics/grounded?status=ERROR",
+        )
         cookie = good.headers["set-cookie"]
         assert "httponly" in cookie.lower()
         assert "samesite=strict" in cookie.lower()

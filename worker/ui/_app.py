@@ -189,8 +189,14 @@ async def _small_body(request: Request) -> bytes | None:
 
 
 def _safe_next(target: str | None) -> str:
-    """Only a path of this server (no scheme, no host, no ``//``): no open redirect."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Only a path of this server (no scheme, no host, no ``//``): no open redirect.
+
+    Whitespace and control characters are refused too: browsers drop tabs and newlines from
+    URLs, so ``/<tab>/host`` would become ``//host``.
+    """
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    if "\\" in target or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in target):
         return "/"
     return target
 
