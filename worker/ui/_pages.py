@@ -163,6 +163,7 @@ class RecordView:
     content_code: str | None
     window_events: tuple[Mapping[str, Any], ...]
     contexts: Any
+    claims: Any
     outcomes: tuple[OutcomeLink, ...]
     pending: tuple[str, ...]
     evaluations: tuple[EvaluationLink, ...]
@@ -210,6 +211,7 @@ def record_view(store: Store, evaluation_id: str) -> RecordView | None:
         content_code=code,
         window_events=_window(content),
         contexts=content.get("contexts"),
+        claims=content.get("claims"),
         outcomes=store.links_for_evaluation(evaluation_id),
         pending=store.pending_outcomes(evaluation_id),
         evaluations=store.snapshot_evaluations(snapshot_id, RE_EVALUATIONS_SHOWN),
