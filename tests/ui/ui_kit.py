@@ -1,7 +1,7 @@
 """A store filled by a real evaluation, an ``evalq ui`` subprocess over it, and headless Chromium.
 
 :func:`fill` runs real workers (``python -m worker``) over a private Redis against the stand-in
-judge server on loopback (:mod:`worker.judges._server`) answering "no" (``p_yes`` 0.05), so the
+judge server on loopback (:mod:`worker.judges.testing`) answering "no" (``p_yes`` 0.05), so the
 judged metrics fail: the shipped examples, one example whose user text is HTML markup, one
 outcome event linked to an evaluation, and a second worker with other thresholds (another
 metric-set version) re-evaluating one snapshot. :class:`UiServer` starts ``evalq ui`` on a free
@@ -38,7 +38,7 @@ from tests.reporting.chromium_kit import chromium_binary
 from tests.reporting.reporting_kit import EVALQ
 from worker.broker import broker_transport_options
 from worker.embedded import free_port
-from worker.judges._server import serve_in_thread
+from worker.judges.testing import serve_in_thread
 from worker.settings import load_settings
 from worker.store import open_store
 
