@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 
 from tests.queue.queue_kit import worker_env
 from tests.store._store_helpers import dump_tables
-from tests.ui.ui_kit import Filled, UiServer, chrome, evalq_command, ui_server
+from tests.ui.ui_kit import Filled, UiServer, chrome, evalq_command, shown, ui_server
 from worker.store import ResultFilter, open_store
 from worker.ui import Access, UiConfigError, is_loopback
 
@@ -106,10 +106,10 @@ def test_browser_logs_in_with_the_token(token_ui: UiServer) -> None:
         assert driver.find_elements(By.CSS_SELECTOR, "#login")
         driver.find_element(By.ID, "token").send_keys("wrong-token-wrong-token")
         driver.find_element(By.ID, "login-submit").click()
-        assert "BAD_TOKEN" in driver.find_element(By.ID, "refused").text
+        assert "BAD_TOKEN" in shown(driver, "#refused").text
         driver.find_element(By.ID, "token").send_keys(TOKEN)
         driver.find_element(By.ID, "login-submit").click()
-        assert driver.find_element(By.ID, "metric-title").text == "grounded"
+        assert shown(driver, "#metric-title").text == "grounded"
         assert driver.current_url.endswith("/metrics/grounded?status=DECIDED")
 
 

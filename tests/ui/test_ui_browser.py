@@ -21,6 +21,7 @@ from tests.ui.ui_kit import (
     UiServer,
     chrome,
     settle,
+    shown,
 )
 from worker.store import ResultFilter, open_store
 
@@ -59,7 +60,7 @@ def test_overview_to_a_failed_record(open_ui: UiServer, filled: Filled, tmp_path
         driver.save_screenshot(str(shots / "ui-overview.png"))
         link.click()
 
-        assert _text(driver, "#metric-title") == "grounded"
+        assert shown(driver, "#metric-title").text == "grounded"
         chip = driver.find_element(By.CSS_SELECTOR, "#status-filters a.on")
         assert chip.text == f"failed {failed}"
         verdicts = driver.find_elements(By.CSS_SELECTOR, "#records tbody td:nth-child(7)")
@@ -68,7 +69,7 @@ def test_overview_to_a_failed_record(open_ui: UiServer, filled: Filled, tmp_path
         trace_id = first.text
         first.click()
 
-        assert _text(driver, "#trace-id") == trace_id
+        assert shown(driver, "#trace-id").text == trace_id
         result = driver.find_element(By.CSS_SELECTOR, "#result-grounded")
         cells = {
             c: result.find_element(By.CSS_SELECTOR, f".{c}").text for c in ("status", "verdict")

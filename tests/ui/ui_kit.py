@@ -29,6 +29,10 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 from producer import OutcomeEvent, Producer, Snapshot
 from producer.snapshot import Lane
@@ -53,6 +57,7 @@ __all__ = [
     "evalq_command",
     "fill",
     "settle",
+    "shown",
     "ui_server",
 ]
 
@@ -228,6 +233,13 @@ def chrome() -> Iterator[webdriver.Chrome]:
         yield driver
     finally:
         driver.quit()
+
+
+def shown(driver: webdriver.Chrome, css: str, timeout_s: float = 15.0) -> WebElement:
+    """The element once the page that has it loaded (a click's navigation is not awaited)."""
+    located = expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css))
+    element: WebElement = WebDriverWait(driver, timeout_s).until(located)
+    return element
 
 
 def settle(seconds: float = 0.2) -> None:
