@@ -14,8 +14,10 @@ from selenium.webdriver.common.by import By
 from tests.queue.queue_kit import worker_env
 from tests.store._store_helpers import dump_tables
 from tests.ui.ui_kit import Filled, UiServer, chrome, evalq_command, shown, ui_server
+from worker.reporting import ReportScope, build_report
 from worker.store import ResultFilter, open_store
 from worker.ui import Access, UiConfigError, is_loopback
+from worker.ui._pages import Numbers
 
 TOKEN = "ui-test-token-0123456789"
 
@@ -194,3 +196,13 @@ def test_only_loopback_addresses_may_serve_without_a_token(host: str, loopback: 
         with pytest.raises(UiConfigError, match="EVALQ_UI_TOKEN: required"):
             Access.for_host(host, None)
         assert not Access.for_host(host, TOKEN).open
+
+
+def test_overview_numbers_are_the_reports(filled: Filled) -> None:
+    """The overview's grouped counts give exactly what ``evalq report`` computes per metric."""
+    with open_store(filled.store_url) as store:
+        report = build_report(store, ReportScope())
+        numbers = Numbers(store).get(None)
+    assert not report.weighted  # every snapshot of the fill has weight 1
+    assert numbers.metrics == report.metrics
+    assert (numbers.snapshots, numbers.evaluations) == (report.snapshots, report.evaluations)
