@@ -226,6 +226,7 @@ class Settings(BaseSettings):
     judge_model: str | None = None
     judge_api_key: SecretStr | None = None
     typesafe_api_key: SecretStr | None = Field(default=None, validation_alias="TYPESAFE_API_KEY")
+    ui_token: SecretStr | None = None  # evalq ui's login token (worker.ui checks its rule)
     mode: Mode = "off"
     version: ConfigVersion = None
     budget_s: BudgetS = 3.0
@@ -502,6 +503,8 @@ COMMAND_VARIABLES = frozenset(
         "EVALQ_QUEUE_EXPORTER_ADDR",
         "EVALQ_QUEUE_EXPORTER_PORT",
         "EVALQ_QUEUE_EXPORTER_KEYPREFIX",
+        "EVALQ_UI_HOST",
+        "EVALQ_UI_PORT",
     }
 )
 """Environment twins of command-only CLI flags (``envvar=`` of the commands; a test compares)."""

@@ -1,10 +1,10 @@
 """``evalq``: the command line, a face over ``producer`` and the worker.
 
 One module per command (``_worker``, ``_enqueue``, ``_backfill``, ``_outcome``, ``_redrive``,
-``_report``, ``_status``, ``_run``, ``_store``, ``_config``, ``_purge``, ``_queue_exporter``);
-what they share — settings, the store, the broker and one-line failures — is in ``_common`` and
-``_options``. To add a command, write its function in a module of its own and register it on
-:data:`app` below.
+``_report``, ``_status``, ``_run``, ``_store``, ``_config``, ``_purge``, ``_queue_exporter``,
+``_ui``); what they share — settings, the store, the broker and one-line failures — is in
+``_common`` and ``_options``. To add a command, write its function in a module of its own and
+register it on :data:`app` below.
 
 Every flag has an environment twin: flags that are settings read ``EVALQ_<NAME>`` through
 ``worker.settings.Settings`` (the flag wins); command-only flags name their variable in
@@ -25,6 +25,7 @@ from . import (
     _run,
     _status,
     _store,
+    _ui,
     _worker,
 )
 from ._app import app
@@ -44,6 +45,7 @@ app.add_typer(_store.store_app, name="store")
 app.add_typer(_config.config_app, name="config")
 app.command()(_purge.purge)
 app.command("queue-exporter")(_queue_exporter.queue_exporter)
+app.command(epilog=_ui.EPILOG)(_ui.ui)
 
 
 def main() -> None:

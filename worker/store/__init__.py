@@ -93,6 +93,14 @@ Exceptions::
 
 from __future__ import annotations
 
+from ._browse import (
+    MAX_PAGE,
+    EvaluationLink,
+    ResultFilter,
+    ResultListRow,
+    SnapshotIndex,
+    VerdictCount,
+)
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
 from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
 from ._records import (
@@ -127,6 +135,7 @@ from ._writes import PAYLOAD_LIMIT_BYTES
 __all__ = [
     "APPEND_ONLY_TABLES",
     "EXPIRABLE_TABLES",
+    "MAX_PAGE",
     "PAYLOAD_LIMIT_BYTES",
     "SCHEMA_VERSION",
     "STORE_URL_SETTING",
@@ -134,6 +143,7 @@ __all__ = [
     "Checkpoint",
     "DeadLetter",
     "DeadLetterRecord",
+    "EvaluationLink",
     "EvaluationRecord",
     "EvaluationRow",
     "LinkedOutcome",
@@ -145,8 +155,11 @@ __all__ = [
     "PurgeSummary",
     "RecordScope",
     "ResultCount",
+    "ResultFilter",
+    "ResultListRow",
     "ResultRow",
     "SampledOutCount",
+    "SnapshotIndex",
     "SnapshotLabels",
     "SnapshotMeta",
     "SnapshotRecord",
@@ -160,6 +173,7 @@ __all__ = [
     "TallyRowRecord",
     "TransientStoreError",
     "UsageRecord",
+    "VerdictCount",
     "Written",
     "evaluation_id_for",
     "failure_line",

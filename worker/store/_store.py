@@ -24,6 +24,17 @@ from ._batch import (
     prepare_evaluations,
     write_evaluations,
 )
+from ._browse import (
+    EvaluationLink,
+    ResultFilter,
+    ResultListRow,
+    SnapshotIndex,
+    VerdictCount,
+    result_list_page,
+    snapshot_evaluations,
+    snapshot_index,
+    verdict_counts,
+)
 from ._errors import PermanentStoreError, TransientStoreError, translating
 from ._reads import (
     EvaluationRow,
@@ -424,6 +435,34 @@ class Store:
         """
         dialect = self._backend.dialect
         return self._run(lambda tx: backfill_counts(tx, backfill_id, dialect), write=False)
+
+    # --- the result browser (evalq ui): bounded reads ------------------------------------
+
+    def result_list(
+        self,
+        chosen: ResultFilter,
+        scope: RecordScope | None = None,
+        *,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> tuple[tuple[ResultListRow, ...], int | None]:
+        """One page of one metric's results, newest first, and the next page's cursor."""
+        fetch = partial(result_list_page, chosen=chosen, scope=scope, before=before, limit=limit)
+        return self._run(fetch, write=False)
+
+    def verdict_counts(self, scope: RecordScope | None = None) -> tuple[VerdictCount, ...]:
+        """Results per (metric id, status, reason, passed), optionally in ``scope``."""
+        return self._run(lambda tx: verdict_counts(tx, scope), write=False)
+
+    def snapshot_index(self, snapshot_id: str) -> SnapshotIndex | None:
+        """A snapshot's indexed columns (and whether its content is kept), or None."""
+        return self._run(lambda tx: snapshot_index(tx, snapshot_id), write=False)
+
+    def snapshot_evaluations(
+        self, snapshot_id: str, limit: int = 100
+    ) -> tuple[EvaluationLink, ...]:
+        """Up to ``limit`` evaluations of one snapshot, oldest first."""
+        return self._run(lambda tx: snapshot_evaluations(tx, snapshot_id, limit), write=False)
 
     # --- lifecycle -------------------------------------------------------------------------
 
