@@ -75,6 +75,12 @@ Guarantees
 - Records hold reason codes only; store exceptions carry a code plus the driver's exception
   class and SQLSTATE, never the driver's message.
 
+Listings
+--------
+``Store.list_results(ResultQuery(...))`` returns one page of metric results, newest recorded
+first, filtered by metric, status, reason and a ``RecordScope``: a ``LIMIT`` query, with the
+``ResultCursor`` the next page continues before (``evalq results``).
+
 Exceptions::
 
     StoreError                    .code: a reason code
@@ -94,6 +100,7 @@ Exceptions::
 from __future__ import annotations
 
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
+from ._listing import ListedResult, ResultCursor, ResultQuery
 from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
 from ._records import (
     Checkpoint,
@@ -137,6 +144,7 @@ __all__ = [
     "EvaluationRecord",
     "EvaluationRow",
     "LinkedOutcome",
+    "ListedResult",
     "MetricResultRecord",
     "OutcomeLink",
     "OutcomeRecord",
@@ -145,6 +153,8 @@ __all__ = [
     "PurgeSummary",
     "RecordScope",
     "ResultCount",
+    "ResultCursor",
+    "ResultQuery",
     "ResultRow",
     "SampledOutCount",
     "SnapshotLabels",
