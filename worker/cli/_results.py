@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 
@@ -31,7 +31,6 @@ EPILOG = (
     "Example: evalq results --metric grounded --status DECIDED --since 24h --json  "
     "(read-only; every filter narrows; unknown values are refused naming the valid ones)"
 )
-_STATUSES = ("DECIDED", "INCONCLUSIVE", "SKIPPED", "ERROR")
 
 
 def results(
@@ -106,10 +105,13 @@ def _check_metric(metric: str | None) -> None:
 
 def _status(status: str | None) -> str | None:
     """The status named (any case), or the refusal listing the four."""
+    from worker.store import StatusName  # noqa: PLC0415 - fast --help
+
     if status is None:
         return None
-    if status.upper() not in _STATUSES:
-        invalid(f"--status: unknown status {status}; known: {', '.join(_STATUSES)}")
+    known = get_args(StatusName)
+    if status.upper() not in known:
+        invalid(f"--status: unknown status {status}; known: {', '.join(known)}")
     return status.upper()
 
 

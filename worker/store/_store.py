@@ -394,8 +394,9 @@ class Store:
         """One page of results, newest first, and the next page's cursor (None: the last)."""
         return self._run(lambda tx: result_listing(tx, query), write=False)
 
-    def recorded_reasons(self, limit: int = 200) -> tuple[str, ...]:
-        """Distinct reason codes of recorded results, sorted (at most ``limit``)."""
+    def recorded_reasons(self, limit: int = 1000) -> tuple[str, ...]:
+        """Distinct reason codes of recorded results, sorted (at most ``limit``: codes are a
+        small set, the limit only bounds a store whose reasons are not codes)."""
         return self._run(lambda tx: listed_reasons(tx, limit), write=False)
 
     def result_counts(self, scope: RecordScope | None = None) -> tuple[ResultCount, ...]:
