@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from tests.store._store_helpers import evaluation_record, snapshot_record
-from worker.store import RecordScope, ResultCursor, ResultQuery, Store
+from worker.store import RecordScope, ResultCursor, ResultQuery, Store, open_store
+from worker.store._listing import _LISTING, _conditions
 
 
 def _fill(store: Store, traces: int = 4) -> list[str]:
@@ -87,3 +91,25 @@ def test_cursor_text_is_refused_unless_seq_colon_position() -> None:
     for text in ("", "12", "a:b", "1:2:3", "-1:0"):
         with pytest.raises(ValueError, match="SEQ:POS"):
             ResultCursor.parse(text)
+
+
+def test_a_filtered_page_walks_evaluations_newest_first_without_sorting(tmp_path: Path) -> None:
+    """SQLite's plan for a filtered page: evaluations outer, results by key, no temp B-tree."""
+    url = f"sqlite:///{tmp_path / 'plan.db'}"
+    with open_store(url) as store:
+        _fill(store, traces=1)
+    query = ResultQuery(
+        metric_id="groundedness",
+        status="DECIDED",
+        scope=RecordScope(since=datetime.now(UTC) - timedelta(hours=1)),
+        before=ResultCursor(seq=9, position=1),
+    )
+    conditions, params = _conditions(query)
+    sql = _LISTING.format(where=" AND ".join(conditions))
+    with closing(sqlite3.connect(tmp_path / "plan.db")) as conn:
+        plan = [
+            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", {**params, "limit": 51})
+        ]
+    assert plan[0].startswith(("SCAN e", "SEARCH e USING INTEGER PRIMARY KEY"))
+    assert not any(step.startswith("SCAN r") for step in plan)
+    assert not any("TEMP B-TREE" in step for step in plan)

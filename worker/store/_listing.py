@@ -89,11 +89,15 @@ _LISTING = """SELECT e.seq, r.position, e.created_at, e.trace_id, s.session_id, 
     s.unit_event_id, r.metric_id, r.status, r.reason, r.score, r.passed, r.label, e.snapshot_id,
     e.evaluation_id, e.metric_set, e.metric_set_version
 FROM evaluations e
-JOIN metric_results r ON r.evaluation_id = e.evaluation_id
+CROSS JOIN metric_results r
 JOIN snapshots s ON s.snapshot_id = e.snapshot_id
-WHERE {where}
+WHERE r.evaluation_id = e.evaluation_id AND {where}
 ORDER BY e.seq DESC, r.position DESC
 LIMIT :limit"""
+
+# CROSS JOIN keeps evaluations the outer loop in SQLite (PostgreSQL plans it as any inner
+# join): a page walks evaluations newest first and stops at the limit. With a plain JOIN, a
+# metric or status filter made SQLite scan every result and sort them (a temp B-tree).
 
 _LISTED_FIELDS = tuple(ListedResult.model_fields)[1:]
 
