@@ -99,7 +99,7 @@ def test_results_table_groups_rows_under_their_evaluation(filled: Filled) -> Non
 def test_results_refuse_unknown_values_naming_the_valid_ones(filled: Filled) -> None:
     """An unknown metric, status, reason or a bad cursor exits 2 and lists what is valid."""
     cases = {
-        ("--metric", "groundedd"): "known: answer_relevancy",
+        ("--metric", "groundedd"): "unknown metric id groundedd; known: ",
         ("--status", "PASSED"): "known: DECIDED, INCONCLUSIVE, SKIPPED, ERROR",
         ("--reason", "NO_SUCH_REASON"): "NO_TOOL_RESULTS",
         ("--cursor", "later"): "SEQ:POS",
