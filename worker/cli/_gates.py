@@ -44,7 +44,7 @@ MinCoverageOpt = Annotated[
 
 def parse_gates(texts: list[str] | None, wanted_metrics: tuple[str, ...]) -> tuple[Gate, ...]:
     """The ``--fail-under`` gates; a bad form or a metric no set has is refused (exit 2)."""
-    from worker.metric_sets import metric_names  # noqa: PLC0415 - fast --help
+    from worker.metric_sets import reported_metric_ids  # noqa: PLC0415 - fast --help
     from worker.reporting import Gate  # noqa: PLC0415
 
     gates = []
@@ -53,7 +53,7 @@ def parse_gates(texts: list[str] | None, wanted_metrics: tuple[str, ...]) -> tup
             gates.append(Gate.parse(text))
         except ValueError as exc:
             invalid(f"--fail-under {exc}")
-    known = metric_names()
+    known = reported_metric_ids()
     unknown = [g.metric_id for g in gates if g.metric_id not in known]
     if unknown:
         invalid(f"--fail-under: unknown metric id {', '.join(unknown)}; known: {', '.join(known)}")

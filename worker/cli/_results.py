@@ -96,9 +96,9 @@ def results(
 
 
 def _check_metric(metric: str | None) -> None:
-    from worker.metric_sets import metric_names  # noqa: PLC0415 - fast --help
+    from worker.metric_sets import reported_metric_ids  # noqa: PLC0415 - fast --help
 
-    known = metric_names()
+    known = reported_metric_ids()
     if metric is not None and metric not in known:
         invalid(f"--metric: unknown metric id {metric}; known: {', '.join(known)}")
 
