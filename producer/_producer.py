@@ -9,8 +9,9 @@ A minimal Celery app (no tasks, no result backend, JSON only) publishes to the l
 - ``evalq.outcome``: one argument, an ``OutcomeEvent.wire()`` dict (always on the outcomes lane);
 - ``evalq.sampling_tally``: one argument, a ``SamplingTally.wire()`` dict (outcomes lane).
 
-Task events carry a short ``argsrepr`` (snapshot or event id), never the content, so Flower and
-event consumers do not copy traces around. Each message carries ``ENQUEUED_AT_HEADER`` (publish
+Task events carry a short ``argsrepr`` (snapshot or event id, and the trace id beside it: what
+a user searches Flower for), never the content, so Flower and event consumers do not copy
+traces around. Each message carries ``ENQUEUED_AT_HEADER`` (publish
 time) so workers and the queue exporter can measure queue wait and message age. Delivery is
 at-least-once from the broker on; the worker's idempotency makes re-sending harmless.
 
@@ -53,6 +54,7 @@ from .topology import (
     TALLY_TASK,
     Lane,
     celery_routing,
+    trace_label,
 )
 
 __all__ = [
@@ -232,9 +234,8 @@ class Producer:
     def enqueue(self, snapshot: Snapshot, *, lane: Lane | str | None = None) -> str:
         """Send one snapshot (lane: given, else the snapshot's sampling lane); returns its id."""
         queue = LANE_QUEUES[Lane(lane) if lane else snapshot.sampling.lane]
-        snapshot_id = snapshot.snapshot_id
-        self._send(EVALUATE_TASK, snapshot.wire(), queue, f"[snapshot {snapshot_id[:16]}]")
-        return snapshot_id
+        self._send(EVALUATE_TASK, snapshot.wire(), queue, _snapshot_label(snapshot))
+        return snapshot.snapshot_id
 
     def enqueue_many(
         self,
@@ -299,15 +300,15 @@ class Producer:
     ) -> None:
         head = chunk[0][0]
         queue = LANE_QUEUES[Lane(lane) if lane else head.sampling.lane]
-        first = head.snapshot_id[:16]
         # pydantic serializes each snapshot to JSON text in Rust (several times faster than
         # wire() + json.dumps); the texts are spliced into the message body as they are.
         if batch_size == 1:
             payload = _Encoded(chunk[0][1])
-            label = f"[snapshot {first}]"
+            label = _snapshot_label(head)
         else:
             payload = _Encoded("[" + ",".join(text for _, text in chunk) + "]")
-            label = f"[{len(chunk)} snapshots {first}…]"
+            first, trace = head.snapshot_id[:16], trace_label(head.trace_id)
+            label = f"[{len(chunk)} snapshots {first}… trace {trace}…]"
         self._send(EVALUATE_TASK, payload, queue, label, producer, serializer=_ENCODED)
 
     def check_broker(self, timeout_s: int = 5) -> None:
@@ -328,7 +329,8 @@ class Producer:
     def outcome(self, event: OutcomeEvent) -> str:
         """Send one outcome event on the outcomes lane; returns its event id."""
         queue = LANE_QUEUES[Lane.OUTCOMES]
-        self._send(OUTCOME_TASK, event.wire(), queue, f"[outcome {event.event_id[:32]}]")
+        label = f"[outcome {event.event_id[:32]} trace {trace_label(event.trace_id)}]"
+        self._send(OUTCOME_TASK, event.wire(), queue, label)
         return event.event_id
 
     def send_raw(self, task: str, payload: Any, *, lane: Lane | str) -> None:
@@ -399,7 +401,7 @@ class Producer:
         with app.producer_or_acquire() as producer:
             for snapshot, payload in encoded:
                 queue = LANE_QUEUES[snapshot.sampling.lane]
-                label = f"[snapshot {snapshot.snapshot_id[:16]}]"
+                label = _snapshot_label(snapshot)
                 self._send(
                     EVALUATE_TASK, payload, queue, label, producer, app=app, serializer=_ENCODED
                 )
@@ -429,3 +431,8 @@ class Producer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _snapshot_label(snapshot: Snapshot) -> str:
+    """``[snapshot <id16> trace <trace id>]``: the task's ``argsrepr`` (ids, never content)."""
+    return f"[snapshot {snapshot.snapshot_id[:16]} trace {trace_label(snapshot.trace_id)}]"

@@ -8,7 +8,9 @@ both sides import them (:mod:`producer.snapshot` re-exports them with the payloa
 - tasks by stable name: :data:`EVALUATE_TASK` (snapshots, live or backfill lane),
   :data:`OUTCOME_TASK` and :data:`TALLY_TASK` (outcomes lane); :data:`TASK_LANES` is each
   task's default lane;
-- every message carries :data:`ENQUEUED_AT_HEADER` (publish time) for queue-wait and age metrics.
+- every message carries :data:`ENQUEUED_AT_HEADER` (publish time) for queue-wait and age metrics;
+- its ``argsrepr`` (what Flower and task events show) names ids only — the snapshot id and the
+  trace id as :func:`trace_label` prints it (workers log it the same way), never content.
 
 Importing this module loads neither Celery nor kombu (the contract stays light for a producer
 that only builds snapshots): :func:`lane_queues` and :func:`celery_routing` import kombu when
@@ -31,10 +33,12 @@ __all__ = [
     "TALLY_TASK",
     "TASK_LANES",
     "TASK_NAMES",
+    "TRACE_LABEL_CHARS",
     "Lane",
     "celery_routing",
     "lane_of_queue",
     "lane_queues",
+    "trace_label",
 ]
 
 
@@ -92,3 +96,16 @@ def celery_routing() -> dict[str, Any]:
         "task_default_routing_key": live,
         "task_routes": {task: {"queue": LANE_QUEUES[lane]} for task, lane in TASK_LANES.items()},
     }
+
+
+TRACE_LABEL_CHARS: Final = 64
+"""The longest trace id a label shows whole; longer ones end in ``…``."""
+
+
+def trace_label(trace_id: str) -> str:
+    """``trace_id`` for a label or log line: at most 64 characters, whitespace and control
+    characters shown as ``?`` (a trace id is the user's text: it must not forge a log line)."""
+    shown = "".join(
+        c if c.isprintable() and not c.isspace() else "?" for c in trace_id[:TRACE_LABEL_CHARS]
+    )
+    return shown + ("…" if len(trace_id) > TRACE_LABEL_CHARS else "")

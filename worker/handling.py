@@ -50,6 +50,7 @@ from producer.snapshot import (
     Snapshot,
     WindowViolation,
 )
+from producer.topology import trace_label
 from worker import metrics
 from worker.canonical_json import compact_json, frozen_json
 from worker.committer import Committer
@@ -304,6 +305,11 @@ class _Job:
         return self.content.snapshot_id
 
     @property
+    def trace_label(self) -> str:
+        """The trace id as logs show it (bounded, no control characters: it is user text)."""
+        return trace_label(self.snapshot.trace_id)
+
+    @property
     def evaluation_id(self) -> str:
         """The id its evaluation record gets (snapshot x metric-set version)."""
         return evaluation_id_for(self.snapshot_id, self.metric_set.version)
@@ -444,7 +450,10 @@ class Handler:
             for job in message.jobs:
                 if job.evaluation_id in done:
                     _log.info(
-                        "already evaluated: %s %s", job.snapshot_id[:16], job.metric_set.version
+                        "already evaluated: %s %s (trace %s)",
+                        job.snapshot_id[:16],
+                        job.metric_set.version,
+                        job.trace_label,
                     )
                     metrics.observe_duplicate(job.lane.value)
                 else:
@@ -455,7 +464,9 @@ class Handler:
         """The evaluation of ``job``: the one under way for the same id, or a new one."""
         under_way = self._under_way.get(job.evaluation_id)
         if under_way is not None and not under_way.done():
-            _log.info("already being evaluated: %s", job.snapshot_id[:16])
+            _log.info(
+                "already being evaluated: %s (trace %s)", job.snapshot_id[:16], job.trace_label
+            )
             metrics.observe_duplicate(job.lane.value)
             return under_way
         started = asyncio.ensure_future(self._evaluated(job, message))
@@ -516,7 +527,12 @@ class Handler:
             metrics.observe_dead_letter(code.value, lane or metrics.OTHER)
             return
         state = "recorded" if written.created else "already recorded"
-        _log.info("outcome %s: linked to %d evaluation(s)", state, len(written.linked))
+        _log.info(
+            "outcome %s: linked to %d evaluation(s) (trace %s)",
+            state,
+            len(written.linked),
+            trace_label(record.trace_id),
+        )
 
     def _record_tally(self, tally: TallyRecord) -> None:
         written = self.rt.store.record_tally(tally)
@@ -572,10 +588,17 @@ def _settle(verdict: asyncio.Future[Verdict], value: Verdict) -> None:
 def _observe(job: _Job, record: EvaluationRecord, report: Report, created: bool) -> None:
     if created:
         metrics.observe_reports(record.lane, [report])
-        _log.info("evaluation recorded: %s (%s)", job.snapshot_id[:16], record.metric_set_version)
+        _log.info(
+            "evaluation recorded: %s (%s, trace %s)",
+            job.snapshot_id[:16],
+            record.metric_set_version,
+            job.trace_label,
+        )
     else:
         metrics.observe_duplicate(record.lane)
-        _log.info("evaluation already recorded: %s", job.snapshot_id[:16])
+        _log.info(
+            "evaluation already recorded: %s (trace %s)", job.snapshot_id[:16], job.trace_label
+        )
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

@@ -92,7 +92,7 @@ def _environment(draw_env: dict[str, str], directory: str) -> dict[str, Any]:
 def test_random_arguments_give_an_exit_code_and_a_message_never_a_traceback(
     argv: list[str], env: dict[str, str]
 ) -> None:
-    """Any argv and EVALQ_* values: exit 0/1/2 (3: a status breach) with output; no exception."""
+    """Any argv and EVALQ_* values: exit 0/1/2 (3: a breach or gate) with output; no exception."""
     argv = [a.replace("\x00", "") for a in argv]  # argv cannot carry NUL (execve refuses it)
     runner = CliRunner()
     with tempfile.TemporaryDirectory() as directory, contextlib.chdir(directory):
@@ -104,7 +104,8 @@ def test_random_arguments_give_an_exit_code_and_a_message_never_a_traceback(
         repr(result.exception),
     )
     assert "Traceback" not in output, (argv, output[-2000:])
-    allowed = {0, 1, 2} | ({BREACH_EXIT_CODE} if argv[:1] == ["status"] else set())
+    breaches = argv[:1] in (["status"], ["report"])  # a threshold, or a --fail-under gate
+    allowed = {0, 1, 2} | ({BREACH_EXIT_CODE} if breaches else set())
     assert result.exit_code in allowed, (argv, result.exit_code, output[-500:])
     if result.exit_code != 0:
         assert output.strip(), (argv, "a failure must say why")

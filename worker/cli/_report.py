@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from ._app import err, out
 from ._common import invalid, settings, store
+from ._gates import FailUnderOpt, MinCoverageOpt, enforce, parse_gates
 from ._when import when
 
 if TYPE_CHECKING:
@@ -107,8 +108,13 @@ def report(
             help="Coverage slices: agent_version | tool | environment",
         ),
     ] = "agent_version",
+    fail_under: FailUnderOpt = None,
+    min_coverage: MinCoverageOpt = 0.5,
 ) -> None:
-    """Per-metric rates with coverage and 95% intervals, gold labels, latency, usage, outcomes."""
+    """Per-metric rates with coverage and 95% intervals, gold labels, latency, usage, outcomes.
+
+    With --fail-under (a CI gate) it exits 3 when a gate fails, printing one line per gate.
+    """
     from worker.reporting import build_report  # noqa: PLC0415 - fast --help
 
     flags = _ScopeFlags(
@@ -126,11 +132,13 @@ def report(
     )
     config = settings()
     scope = _scope(flags)
+    gates = parse_gates(fail_under, scope.metric_ids)
     if html is not None and not html.parent.is_dir():  # before reading every record
         invalid(f"cannot write --html {html} (no directory {html.parent})")
     with store(config, existing=True) as opened:
         result = build_report(opened, scope)
     _show(result, as_json=as_json, html=html)
+    enforce(result, gates, min_coverage, to_stderr=as_json or html is not None)
 
 
 def _show(result: EvalReport, *, as_json: bool, html: Path | None) -> None:

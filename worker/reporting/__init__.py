@@ -5,7 +5,8 @@ rates; ``evalq status`` (:func:`collect_status`) says whether evaluation keeps u
 were not scored. Modules, one concept each: ``_statistics`` (intervals), ``_scope``
 (:class:`ReportScope`), ``_model`` (:class:`EvalReport` and its parts), ``_tallies`` and
 ``_gold`` (accumulators), ``_compute`` (:func:`build_report`, :func:`compute_report`),
-``_terminal``, ``_html`` (the static page) and ``_status``.
+``_terminal``, ``_html`` (the static page), ``_status`` and ``_gates`` (``--fail-under``:
+:func:`check_gates`, the CI gate that respects coverage; see that module).
 
 :func:`build_report` reads records from the store (nothing is written) and
 :func:`compute_report` turns them into one frozen :class:`EvalReport` — a pure function, so the
@@ -91,6 +92,7 @@ A report that includes any synthetic-judge evaluation says ``SYNTHETIC`` promine
 from __future__ import annotations
 
 from ._compute import build_report, compute_report, sampling_view
+from ._gates import DEFAULT_MIN_COVERAGE, GATE_EXIT_CODE, Gate, GateResult, check_gates
 from ._html import PLOT_IDS, render_html
 from ._model import (
     CALIBRATION_BINS,
@@ -144,6 +146,8 @@ from ._terminal import render_terminal
 __all__ = [
     "BREACH_EXIT_CODE",
     "CALIBRATION_BINS",
+    "DEFAULT_MIN_COVERAGE",
+    "GATE_EXIT_CODE",
     "LATENCY_EDGES_MS",
     "MISSING_EVIDENCE_REASONS",
     "PLOT_IDS",
@@ -159,6 +163,8 @@ __all__ = [
     "Decision",
     "Decisions",
     "EvalReport",
+    "Gate",
+    "GateResult",
     "GoldReport",
     "HistogramBin",
     "JudgeUse",
@@ -184,6 +190,7 @@ __all__ = [
     "WorkersStatus",
     "backfill_statuses",
     "build_report",
+    "check_gates",
     "collect_status",
     "compute_report",
     "decisions_from_counts",

@@ -75,6 +75,12 @@ Guarantees
 - Records hold reason codes only; store exceptions carry a code plus the driver's exception
   class and SQLSTATE, never the driver's message.
 
+Listings
+--------
+``Store.list_results(ResultQuery(...))`` returns one page of metric results, newest recorded
+first, filtered by metric, status, reason and a ``RecordScope``: a ``LIMIT`` query, with the
+``ResultCursor`` the next page continues before (``evalq results``).
+
 Exceptions::
 
     StoreError                    .code: a reason code
@@ -102,6 +108,7 @@ from ._browse import (
     VerdictCount,
 )
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
+from ._listing import ListedResult, ResultCursor, ResultQuery
 from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
 from ._records import (
     Checkpoint,
@@ -147,6 +154,7 @@ __all__ = [
     "EvaluationRecord",
     "EvaluationRow",
     "LinkedOutcome",
+    "ListedResult",
     "MetricResultRecord",
     "OutcomeLink",
     "OutcomeRecord",
@@ -155,8 +163,10 @@ __all__ = [
     "PurgeSummary",
     "RecordScope",
     "ResultCount",
+    "ResultCursor",
     "ResultFilter",
     "ResultListRow",
+    "ResultQuery",
     "ResultRow",
     "SampledOutCount",
     "SnapshotIndex",

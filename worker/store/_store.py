@@ -36,6 +36,7 @@ from ._browse import (
     verdict_counts,
 )
 from ._errors import PermanentStoreError, TransientStoreError, translating
+from ._listing import ListedResult, ResultCursor, ResultQuery, listed_reasons, result_listing
 from ._reads import (
     EvaluationRow,
     LinkedOutcome,
@@ -397,6 +398,17 @@ class Store:
             fetch = partial(linked_outcome_page, after=cursor, scope=scope, limit=page_size)
             page, cursor = self._run(fetch, write=False)
             yield from page
+
+    def list_results(
+        self, query: ResultQuery
+    ) -> tuple[tuple[ListedResult, ...], ResultCursor | None]:
+        """One page of results, newest first, and the next page's cursor (None: the last)."""
+        return self._run(lambda tx: result_listing(tx, query), write=False)
+
+    def recorded_reasons(self, limit: int = 1000) -> tuple[str, ...]:
+        """Distinct reason codes of recorded results, sorted (at most ``limit``: codes are a
+        small set, the limit only bounds a store whose reasons are not codes)."""
+        return self._run(lambda tx: listed_reasons(tx, limit), write=False)
 
     def result_counts(self, scope: RecordScope | None = None) -> tuple[ResultCount, ...]:
         """Metric results per (metric id, status, reason), optionally in ``scope``."""

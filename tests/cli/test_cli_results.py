@@ -1,0 +1,109 @@
+"""`evalq results` in-process (Typer's runner) over a SQLite and a PostgreSQL store alike."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from typer.testing import CliRunner
+
+from tests.store._store_helpers import evaluation_record, snapshot_record
+from worker.cli import app
+from worker.store import MetricResultRecord, Store, open_store
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
+def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A SQLite file in tmp_path, or a fresh schema in the session's PostgreSQL database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'results.db'}"
+        return
+    base: str = request.getfixturevalue("postgres_url")
+    schema = f"results_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        joiner = "&" if "?" in base else "?"
+        yield f"{base}{joiner}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def _custom(snapshot_id: str) -> Any:
+    """An evaluation whose one result carries a reason code of a custom metric's own."""
+    record = evaluation_record(snapshot_id)
+    extra = MetricResultRecord(
+        metric_id="house_style", metric_version="1", status="SKIPPED", reason="NO_HOUSE_STYLE"
+    )
+    return record.model_copy(update={"results": (*record.results, extra)})
+
+
+@pytest.fixture
+def filled_url(any_store_url: str) -> str:
+    """Three evaluations (3, 3 and 4 results), the newest with a custom metric's reason."""
+    with open_store(any_store_url) as store:
+        _record(store, "t-0", "u-0")
+        _record(store, "t-1", "u-1")
+        snapshot = snapshot_record("t-2", unit_event_id="u-2")
+        store.record_evaluation(_custom(snapshot.snapshot_id), snapshot)
+    return any_store_url
+
+
+def _record(store: Store, trace_id: str, unit: str) -> None:
+    snapshot = snapshot_record(trace_id, unit_event_id=unit)
+    store.record_evaluation(evaluation_record(snapshot.snapshot_id), snapshot)
+
+
+def _run(url: str, *argv: str) -> Any:
+    return CliRunner().invoke(app, ["results", *argv], env={"EVALQ_STORE_URL": url})
+
+
+def test_json_lines_newest_first_with_filters(filled_url: str) -> None:
+    """--json prints one object per row, newest first; --status/--reason narrow the rows."""
+    done = _run(filled_url, "--json", "--status", "error")
+    assert done.exit_code == 0, done.output
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["trace_id"], r["unit_event_id"], r["reason"]) for r in rows] == [
+        ("t-2", "u-2", "TIMEOUT"),
+        ("t-1", "u-1", "TIMEOUT"),
+        ("t-0", "u-0", "TIMEOUT"),
+    ]
+    assert {r["metric_set_version"] for r in rows} == {"agent@1"}
+    assert "evidence" not in rows[0]  # ids and outcome only, never what the judge saw
+
+
+def test_a_custom_metric_reason_in_the_store_is_accepted(filled_url: str) -> None:
+    """A reason code no engine knows is listed when the store holds it, refused when not."""
+    done = _run(filled_url, "--json", "--reason", "NO_HOUSE_STYLE")
+    assert done.exit_code == 0, done.output
+    assert [json.loads(x)["metric_id"] for x in done.stdout.splitlines()] == ["house_style"]
+    missing = _run(filled_url, "--reason", "NO_SUCH_CODE")
+    assert missing.exit_code == 2
+    assert "--reason: unknown reason code NO_SUCH_CODE; known: " in missing.output
+    assert "NO_HOUSE_STYLE" in missing.output
+
+
+def test_limit_and_cursor_page_through_the_rows(filled_url: str) -> None:
+    """--limit 5 gives five rows and the cursor; the next page holds the other five, no cursor."""
+    first = _run(filled_url, "--json", "--limit", "5")
+    assert first.exit_code == 0, first.output
+    assert len(first.stdout.splitlines()) == 5
+    cursor = first.stderr.split("--cursor ")[1].split()[0]
+    rest = _run(filled_url, "--json", "--limit", "50", "--cursor", cursor)
+    assert len(rest.stdout.splitlines()) == 5
+    assert "--cursor" not in rest.stderr
+
+
+def test_a_missing_sqlite_store_is_refused_not_created(tmp_path: Path) -> None:
+    """A reader never creates a store: a missing file is NO_STORE, exit 2, and stays missing."""
+    where = tmp_path / "absent.db"
+    done = _run(f"sqlite:///{where}", "--json")
+    assert done.exit_code == 2
+    assert "NO_STORE" in done.output
+    assert not where.exists()
