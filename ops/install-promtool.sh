@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Put Prometheus's own rule/config checker, promtool, into a directory (default: the active venv's
-# bin/) for the tests in tests/ops. It comes from Debian's `prometheus` package, unpacked rather
+# bin/) for the tests in tests/deploy. It comes from Debian's `prometheus` package, unpacked rather
 # than installed, so no Prometheus server or service is set up on the machine.
 #   bash ops/install-promtool.sh [DEST_DIR]
 set -euo pipefail

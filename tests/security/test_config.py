@@ -2,7 +2,7 @@
 wire, judge URLs http(s) with a host.
 
 Covered elsewhere and not repeated here: Flower refuses requests without credentials and refuses
-to start without basic auth (``tests/ops/test_ops_flower.py``); the worker app accepts JSON only
+to start without basic auth (``tests/deploy/test_ops_flower.py``); the worker app accepts JSON only
 and dead-letters pickle (``tests/queue/test_queue_config.py::test_app_configuration_is_at_least_
 once_json_only``, ``tests/queue/test_queue_pipeline.py`` and ``tests/properties/test_messages.py``
 for YAML and the raw pickle serializer); a rejected configuration never echoes a key

@@ -20,7 +20,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from tests.conftest import service_missing
-from tests.ops.ops_kit import OPS, promtool
+from tests.deploy.ops_kit import OPS, promtool
 from worker.metrics import QueueCollector, QueueInspector, WorkerMetrics
 
 PROM = OPS / "prometheus"

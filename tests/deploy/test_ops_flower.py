@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ops.ops_celery_app import PROBE_TASK, make_app
-from tests.ops.ops_kit import (
+from tests.deploy.ops_celery_app import PROBE_TASK, make_app
+from tests.deploy.ops_kit import (
     BIN,
     child_env,
     flower,

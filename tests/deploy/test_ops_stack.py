@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.ops.ops_kit import (
+from tests.deploy.ops_kit import (
     BIN,
     OPS,
     ROOT,

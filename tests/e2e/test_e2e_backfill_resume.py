@@ -4,7 +4,7 @@ The issue's figure is 100 000 lines; CI runs ``EVALQ_TEST_E2E_LINES`` (default 3
 stays well under a minute on two cores. The full-size run is the same test::
 
     EVALQ_TEST_E2E_LINES=100000 EVALQ_TEST_E2E_TIMEOUT_S=900 .venv/bin/python -m pytest -q \\
-        --timeout 1800 tests/producer_e2e/test_e2e_backfill_resume.py
+        --timeout 1800 tests/e2e/test_e2e_backfill_resume.py
 
 (about 6 minutes on two cores: kill at 50 000, resume, 100 000 evaluations, then 100 000 re-sent
 snapshots absorbed as duplicates).

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.ops.ops_kit import (
+from tests.deploy.ops_kit import (
     BIN,
     ROOT,
     child_env,

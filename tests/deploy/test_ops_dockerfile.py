@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import tomllib
 
-from tests.ops.ops_kit import OPS, ROOT
+from tests.deploy.ops_kit import OPS, ROOT
 
 DOCKERFILE = (OPS / "Dockerfile").read_text(encoding="utf-8")
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|make|build-essential|python3?-dev|libc6-dev|clang)\b")

@@ -14,7 +14,7 @@ from kombu import Connection
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from producer.topology import ENQUEUED_AT_HEADER
-from tests.ops.ops_kit import (
+from tests.deploy.ops_kit import (
     BIN,
     child_env,
     get,
