@@ -22,6 +22,7 @@ import redis
 from kombu import Connection
 
 from worker.embedded import RedisServer
+from worker.store import Store, open_store
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_URL = os.environ.get(
@@ -87,3 +88,27 @@ def amqp_url() -> str:
 def workdir(tmp_path: Path) -> Path:
     """A scratch directory for stores, logs and files of one test."""
     return tmp_path
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process code (the CLI runner, settings) sees only the EVALQ_* variables a test sets.
+
+    Folders whose tests run the CLI or settings in-process use it autouse (their conftest).
+    """
+    for name in list(os.environ):
+        if name.startswith(("EVALQ_", "TYPESAFE_")):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def store_url(workdir: Path) -> str:
+    """A SQLite store in the test's directory, shared by the workers, the CLI and the test."""
+    return f"sqlite:///{workdir / 'evalq.db'}"
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """The test's view of that store (opened first, so the schema exists before any worker)."""
+    with open_store(store_url) as opened:
+        yield opened

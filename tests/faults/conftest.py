@@ -6,7 +6,6 @@ whatever happened.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,11 +37,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process code sees only the EVALQ_* variables a test sets."""
-    for name in list(os.environ):
-        if name.startswith(("EVALQ_", "TYPESAFE_")):
-            monkeypatch.delenv(name)
+def _clean_env(clean_env: None) -> None:
+    """Every test here sees only the EVALQ_* variables it sets (``clean_env``)."""
 
 
 @pytest.fixture

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from tests.hostile.hostile_kit import ROWS, format_table
-from worker.store import Store, open_store
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -22,24 +17,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process code sees only the EVALQ_* variables a test sets."""
-    for name in list(os.environ):
-        if name.startswith(("EVALQ_", "TYPESAFE_")):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def store_url(workdir: Path) -> str:
-    """A SQLite store in the test's directory, shared by the CLI and the test."""
-    return f"sqlite:///{workdir / 'evalq.db'}"
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    """The test's view of that store (opened first, so the schema exists)."""
-    with open_store(store_url) as opened:
-        yield opened
+def _clean_env(clean_env: None) -> None:
+    """Every test here sees only the EVALQ_* variables it sets (``clean_env``)."""
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ Every process a test starts is killed (whole group, SIGKILL) when the test ends,
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,11 +19,8 @@ from worker.store import Store, open_store
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process code sees only the EVALQ_* variables a test sets."""
-    for name in list(os.environ):
-        if name.startswith(("EVALQ_", "TYPESAFE_")):
-            monkeypatch.delenv(name)
+def _clean_env(clean_env: None) -> None:
+    """Every test here sees only the EVALQ_* variables it sets (``clean_env``)."""
 
 
 @pytest.fixture

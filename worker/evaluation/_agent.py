@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from worker.judges import Answer, ChoiceAnswer, NoulAnswer, Question, ScoreAnswer
 
-from ._result import MetricResult, Reason, Thresholds
+from ._result import MetricResult, Reason, Status, Thresholds, scored
 
 if TYPE_CHECKING:
     from ._trace import Trace
@@ -117,3 +117,46 @@ def read_choice(
     if not isinstance(answer, ChoiceAnswer) or answer.choice is None or answer.confidence is None:
         invalid(f"answer {qid} is not a complete choice")
     return answer.choice, answer.probabilities, answer.confidence
+
+
+def decide_choice(
+    answer: tuple[str, Mapping[str, float | None], float], metric_id: str, thresholds: Thresholds
+) -> MetricResult:
+    """A choice metric's result (``tool_choice``, ``call_appropriate``): DECIDED with passed =
+    choice is ``correct`` when the confidence reaches the pass threshold, else INCONCLUSIVE;
+    label = the choice, score = P(correct)."""
+    choice, probabilities, confidence = answer
+    p_correct = probabilities.get("correct")
+    if p_correct is None:
+        invalid(f"the {metric_id} answer has no probability for 'correct'")
+    confident = confidence >= thresholds.pass_at_or_above
+    status = Status.DECIDED if confident else Status.INCONCLUSIVE
+    return scored(
+        status,
+        p_correct,
+        (choice == "correct") if confident else None,
+        choice,
+        status.value,
+        {"probabilities": dict(probabilities), "confidence": confidence},
+    )
+
+
+class JudgeFree:
+    """The contract's judge-side methods for a deterministic metric: its result is
+    :meth:`precheck`'s, it has no state and asks no question."""
+
+    def precheck(self, trace: Trace) -> MetricResult:
+        """The metric's whole result (deterministic)."""
+        raise NotImplementedError
+
+    def state(self, trace: Trace) -> Mapping[str, Any]:  # noqa: ARG002 - contract signature
+        """No state: the judge is never asked."""
+        return {}
+
+    def questions(self, trace: Trace) -> Mapping[str, Question]:  # noqa: ARG002
+        """No questions."""
+        return {}
+
+    def reduce(self, answers: Mapping[str, Answer], trace: Trace) -> MetricResult:  # noqa: ARG002
+        """The same deterministic result as :meth:`precheck`."""
+        return self.precheck(trace)

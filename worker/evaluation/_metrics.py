@@ -15,7 +15,7 @@ from worker._models import assemble
 from worker.canonical_json import compact_json
 from worker.judges import Answer, ChoiceQuestion, NoulQuestion, Question, ScoreQuestion
 
-from ._agent import FieldMetric, invalid, read_choice, read_noul, read_score
+from ._agent import FieldMetric, decide_choice, invalid, read_choice, read_noul, read_score
 from ._result import MetricResult, Reason, Status, Thresholds, scored
 from ._sentences import split_sentences
 
@@ -173,20 +173,7 @@ class ToolChoice(FieldMetric):
 
     def reduce(self, answers: Mapping[str, Answer], trace: Trace) -> MetricResult:  # noqa: ARG002
         """DECIDED (passed = choice is ``correct``) when confidence >= pass, else INCONCLUSIVE."""
-        choice, probabilities, confidence = read_choice(answers, "q")
-        p_correct = probabilities.get("correct")
-        if p_correct is None:
-            invalid("the tool_choice answer has no probability for 'correct'")
-        confident = confidence >= self.thresholds.pass_at_or_above
-        status = Status.DECIDED if confident else Status.INCONCLUSIVE
-        return scored(
-            status,
-            p_correct,
-            (choice == "correct") if confident else None,
-            choice,
-            status.value,
-            {"probabilities": dict(probabilities), "confidence": confidence},
-        )
+        return decide_choice(read_choice(answers, "q"), "tool_choice", self.thresholds)
 
 
 class _NoulMetric(FieldMetric):

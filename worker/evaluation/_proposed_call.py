@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from worker.canonical_json import canonical_json, thaw
 from worker.judges import Answer, ChoiceQuestion, Question
 
-from ._agent import FieldMetric, invalid, read_choice
+from ._agent import FieldMetric, JudgeFree, decide_choice, invalid, read_choice
 from ._result import MetricResult, Reason, Status, Thresholds, scored
 
 if TYPE_CHECKING:
@@ -99,23 +99,10 @@ class CallAppropriate(FieldMetric):
 
     def reduce(self, answers: Mapping[str, Answer], trace: Trace) -> MetricResult:  # noqa: ARG002
         """DECIDED (passed = choice is ``correct``) when confidence >= pass, else INCONCLUSIVE."""
-        choice, probabilities, confidence = read_choice(answers, "q")
-        p_correct = probabilities.get("correct")
-        if p_correct is None:
-            invalid("the call_appropriate answer has no probability for 'correct'")
-        confident = confidence >= self.thresholds.pass_at_or_above
-        status = Status.DECIDED if confident else Status.INCONCLUSIVE
-        return scored(
-            status,
-            p_correct,
-            (choice == "correct") if confident else None,
-            choice,
-            status.value,
-            {"probabilities": dict(probabilities), "confidence": confidence},
-        )
+        return decide_choice(read_choice(answers, "q"), "call_appropriate", self.thresholds)
 
 
-class CallValid:
+class CallValid(JudgeFree):
     """Is the proposed call well formed for the catalog available at its position?
 
     Deterministic: the result comes from ``precheck`` and the judge is never asked. Outcomes:
@@ -155,18 +142,6 @@ class CallValid:
         if not isinstance(arguments, Mapping):
             return _failed("invalid_arguments", Reason.ARGUMENTS_NOT_OBJECT, {})
         return _validated(spec.get("parameters"), arguments)
-
-    def state(self, trace: Trace) -> Mapping[str, Any]:  # noqa: ARG002 - contract signature
-        """No state: the judge is never asked."""
-        return {}
-
-    def questions(self, trace: Trace) -> Mapping[str, Question]:  # noqa: ARG002
-        """No questions."""
-        return {}
-
-    def reduce(self, answers: Mapping[str, Answer], trace: Trace) -> MetricResult:  # noqa: ARG002
-        """The same deterministic result as :meth:`precheck`."""
-        return self.precheck(trace)
 
     def __repr__(self) -> str:
         return f"CallValid(version={self.version!r})"

@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._agent import invalid
+from ._agent import JudgeFree, invalid
 from ._result import MetricResult, Reason, Status, scored
 
 if TYPE_CHECKING:
-    from worker.judges import Answer, Question
-
     from ._trace import Trace
 
 __all__ = ["ToolExecution", "call_label"]
@@ -33,7 +31,7 @@ def call_label(call: Mapping[str, Any]) -> str:
     return "error" if call.get("result_state") == "ERROR" else "ok"
 
 
-class ToolExecution:
+class ToolExecution(JudgeFree):
     """Per call ``ok``, ``error`` or ``no_result``, as one result per evaluated unit.
 
     The result model: one DECIDED result for the window, with the per-call labels in its
@@ -66,18 +64,6 @@ class ToolExecution:
         evidence: dict[str, Any] = {"calls": per_call, **counts}
         ok = counts["ok"] == len(per_call)
         return scored(Status.DECIDED, counts["ok"] / len(per_call), ok, worst, reason, evidence)
-
-    def state(self, trace: Trace) -> Mapping[str, Any]:  # noqa: ARG002 - contract signature
-        """No state: the judge is never asked."""
-        return {}
-
-    def questions(self, trace: Trace) -> Mapping[str, Question]:  # noqa: ARG002
-        """No questions."""
-        return {}
-
-    def reduce(self, answers: Mapping[str, Answer], trace: Trace) -> MetricResult:  # noqa: ARG002
-        """The same deterministic result as :meth:`precheck`."""
-        return self.precheck(trace)
 
     def __repr__(self) -> str:
         return f"ToolExecution(version={self.version!r})"

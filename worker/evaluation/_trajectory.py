@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from worker.canonical_json import canonical_json
 
-from ._agent import VERSION_PREFIX, invalid
+from ._agent import VERSION_PREFIX, JudgeFree, invalid
 from ._result import MetricResult, Reason, Status, Thresholds
 
 if TYPE_CHECKING:
-    from worker.judges import Answer, Question
-
     from ._trace import Trace
 
 __all__ = ["MatchMode", "TrajectoryMatch", "trajectory_match"]
@@ -37,7 +35,7 @@ class MatchMode(StrEnum):
     SUPERSET = "SUPERSET"  # every expected call has its own actual copy
 
 
-class TrajectoryMatch:
+class TrajectoryMatch(JudgeFree):
     """The deterministic trajectory metric (id always ``trajectory_match``)."""
 
     id = "trajectory_match"
@@ -68,18 +66,6 @@ class TrajectoryMatch:
         """The final result: SKIPPED ``MISSING_FIELDS`` or a DECIDED 0/1 match."""
         if not all(trace.has(key) for key in self.required):
             return MetricResult.skipped(Reason.MISSING_FIELDS)
-        return self._decide(trace)
-
-    def state(self, trace: Trace) -> Mapping[str, Any]:  # noqa: ARG002 - contract signature
-        """No state: the judge is never asked."""
-        return {}
-
-    def questions(self, trace: Trace) -> Mapping[str, Question]:  # noqa: ARG002
-        """No questions."""
-        return {}
-
-    def reduce(self, answers: Mapping[str, Answer], trace: Trace) -> MetricResult:  # noqa: ARG002
-        """The same deterministic result as :meth:`precheck`."""
         return self._decide(trace)
 
     def _decide(self, trace: Trace) -> MetricResult:
