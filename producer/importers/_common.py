@@ -314,7 +314,7 @@ class ParsedTrace:
 class EventBuilder:
     """Appends normalized events with deterministic ids ``f"{trace_id}:{n}"`` and pairs results.
 
-    Pairing is by call id only (docs/trace-formats.md): a result whose id names no earlier call,
+    Pairing is by call id only (docs/formats.md): a result whose id names no earlier call,
     or a call that already has a result, is kept but flagged ``UNPAIRED_TOOL_RESULT``; a call
     with no id, or an id seen before, is flagged ``AMBIGUOUS_CALL_ID``.
     """

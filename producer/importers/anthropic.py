@@ -1,4 +1,4 @@
-"""Anthropic Messages: a request (and optionally its response) per record (docs/trace-formats.md).
+"""Anthropic Messages: a request (and optionally its response) per record (docs/formats.md).
 
 Record: ``{"id"?, "system"?, "messages": [...], "tools"?: [...], ...extras}`` or a logged
 exchange ``{"request": {...}, "response": {...}, ...extras}``. Assistant ``text`` blocks form one

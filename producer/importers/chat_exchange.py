@@ -1,6 +1,6 @@
 """A logged Chat Completions exchange ``{"request": {...}, "response": {...}}``.
 
-See docs/trace-formats.md, ``chat_exchange``.
+See docs/formats.md, ``chat_exchange``.
 
 Gateways and proxies store the last request (history + ``tools``) with its response (the final
 turn): since the API is stateless, that pair is the complete trace. The catalog comes from the

@@ -1,6 +1,6 @@
 """A logged streamed Chat Completions exchange: ``{"request": {...}, "chunks": [...]}``.
 
-See docs/trace-formats.md, ``chat_stream``.
+See docs/formats.md, ``chat_stream``.
 
 Apps and gateways that stream (``stream=True``) log the request with the
 ``chat.completion.chunk`` objects as they arrived (``chunks``, or ``response`` holding the list).

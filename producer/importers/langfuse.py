@@ -1,4 +1,4 @@
-"""Langfuse exports: a trace with its observations, or observation pages (docs/trace-formats.md).
+"""Langfuse exports: a trace with its observations, or observation pages (docs/formats.md).
 
 Two shapes, either one JSON value per line:
 

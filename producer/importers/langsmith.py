@@ -1,4 +1,4 @@
-"""LangChain / LangSmith run trees (docs/trace-formats.md).
+"""LangChain / LangSmith run trees (docs/formats.md).
 
 Lines hold runs: one run object (``run_type``, optionally nested ``child_runs`` as
 ``Client.list_runs`` returns them), a ``{"post": [...], "patch": [...]}`` ingestion batch, or a

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions messages: one JSON object per trace (docs/trace-formats.md).
+"""OpenAI Chat Completions messages: one JSON object per trace (docs/formats.md).
 
 Record: ``{"id"?, "messages": [...], "tools"?: [...], "metadata"?, "labels"?, "contexts"?,
 "claims"?, "expected_tool_calls"?, "session_id"?}``. Roles ``system``/``developer``/``user``/

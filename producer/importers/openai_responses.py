@@ -1,4 +1,4 @@
-"""OpenAI Responses API items: a logged request/response pair per record (docs/trace-formats.md).
+"""OpenAI Responses API items: a logged request/response pair per record (docs/formats.md).
 
 Record: ``{"request": {"instructions"?, "input": str | [items], "tools"?}, "response"?: {"output":
 [items], "status", "created_at"}, ...extras}``. Items: messages, ``function_call`` (paired on

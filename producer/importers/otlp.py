@@ -1,4 +1,4 @@
-"""OTLP/JSON traces and logs: OpenTelemetry GenAI semconv and OpenInference (docs/trace-formats.md).
+"""OTLP/JSON traces and logs: OpenTelemetry GenAI semconv and OpenInference (docs/formats.md).
 
 Lines are ``ExportTraceServiceRequest`` (``resourceSpans``) or ``ExportLogsServiceRequest``
 (``resourceLogs``) objects, one export batch per line; a trace may span lines. Items are grouped
