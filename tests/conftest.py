@@ -11,6 +11,7 @@ A missing service skips its tests on a developer machine with a message naming i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -112,3 +113,24 @@ def store(store_url: str) -> Iterator[Store]:
     """The test's view of that store (opened first, so the schema exists before any worker)."""
     with open_store(store_url) as opened:
         yield opened
+
+
+@contextlib.contextmanager
+def backend_url(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, name: str
+) -> Iterator[str]:
+    """A store URL of ``kind``: a SQLite file ``name``.db in tmp_path, or a new schema in the
+    session's PostgreSQL database (dropped afterwards)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / f'{name}.db'}"
+        return
+    base: str = request.getfixturevalue("postgres_url")
+    schema = f"{name}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        joiner = "&" if "?" in base else "?"
+        yield f"{base}{joiner}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from typer.testing import CliRunner
 
+from tests.conftest import backend_url
 from tests.store._store_helpers import evaluation_record, snapshot_record
 from worker.cli import app
 from worker.store import MetricResultRecord, Store, open_store
@@ -20,19 +19,8 @@ from worker.store import MetricResultRecord, Store, open_store
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
 def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A SQLite file in tmp_path, or a fresh schema in the session's PostgreSQL database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'results.db'}"
-        return
-    base: str = request.getfixturevalue("postgres_url")
-    schema = f"results_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        joiner = "&" if "?" in base else "?"
-        yield f"{base}{joiner}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with backend_url(request.param, request, tmp_path, "results") as url:
+        yield url
 
 
 def _custom(snapshot_id: str) -> Any:

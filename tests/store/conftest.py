@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
+from tests.conftest import backend_url
 from worker.store import Store, open_store
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store URL: a SQLite file in tmp_path, or a new schema in the session's PostgreSQL DB."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    base: str = request.getfixturevalue("postgres_url")
-    schema = f"store_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        joiner = "&" if "?" in base else "?"
-        yield f"{base}{joiner}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(base, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with backend_url(request.param, request, tmp_path, "store") as url:
+        yield url
 
 
 @pytest.fixture
