@@ -5,6 +5,11 @@
   each session creates (and drops) a database of its own.
 - RabbitMQ: ``EVALQ_TEST_AMQP_URL`` or ``amqp://guest:guest@127.0.0.1:5672//``.
 
+The suite runs in one process per core (pytest-xdist, ``-n auto``): each process starts its own
+Redis and creates its own PostgreSQL database; RabbitMQ is one shared broker whose lane queues
+the tests purge, so a test that uses it holds a lock file shared by the test processes: those
+tests run one after another (:func:`amqp_url`).
+
 A missing service skips its tests on a developer machine with a message naming it; with
 ``CI=true`` it fails them instead, so CI can never pass by skipping.
 """
@@ -12,6 +17,7 @@ A missing service skips its tests on a developer machine with a message naming i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
@@ -75,7 +81,7 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def amqp_url() -> str:
+def amqp_broker() -> str:
     """The RabbitMQ broker URL, checked to accept connections."""
     try:
         with Connection(AMQP_URL, connect_timeout=3) as conn:
@@ -83,6 +89,17 @@ def amqp_url() -> str:
     except Exception as exc:
         service_missing("RabbitMQ", f"{AMQP_URL} ({type(exc).__name__})")
     return AMQP_URL
+
+
+@pytest.fixture
+def amqp_url(amqp_broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The broker, held by this test alone: its queues are shared by every test process."""
+    # xdist gives each process its own basetemp under one common root.
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    with (root / "rabbitmq.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield amqp_broker
 
 
 @pytest.fixture

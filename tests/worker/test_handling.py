@@ -49,14 +49,24 @@ class CountingJudge:
 
 
 class DeafJudge:
-    """A judge that ignores cancellation and never answers (only the backstop ends it)."""
+    """A judge that ignores cancellation and never answers (only the backstop ends it).
+
+    Closing it (the runtime does, at close) ends its abandoned requests, so no task of the
+    test is left pending when the loop stops.
+    """
 
     def __init__(self) -> None:
         self.calls = 0
+        self._waiting: list[asyncio.Future[JudgeResponse]] = []
+
+    async def aclose(self) -> None:
+        for never in self._waiting:
+            never.set_exception(ConnectionError("closed"))
 
     async def __call__(self, request: JudgeRequest) -> JudgeResponse:
         self.calls += 1
         never: asyncio.Future[JudgeResponse] = asyncio.get_running_loop().create_future()
+        self._waiting.append(never)
         while True:
             try:
                 return await asyncio.shield(never)
