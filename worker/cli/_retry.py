@@ -88,12 +88,15 @@ def _check_metric(metric: str | None) -> None:
 def _print(summary: RetrySummary, reasons: tuple[str, ...]) -> None:
     codes = " or ".join(reasons)
     if summary.examined == 0:
-        out.print(f"nothing to retry: no newest evaluation has a result with {codes}")
+        out.print(
+            f"nothing to retry: no newest evaluation has a result with {codes}", soft_wrap=True
+        )
         return
     out.print(
         f"newest evaluations with {codes}: {summary.examined}; re-enqueued as their next "
         f"attempt: {summary.enqueued} (backfill lane); not retryable: {summary.skipped}",
         highlight=False,
+        soft_wrap=True,
     )
     for skip in summary.examples:  # ids and a code, never content
         err.print(f"  {skip}", highlight=False, markup=False, soft_wrap=True)

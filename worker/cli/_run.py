@@ -166,6 +166,7 @@ def _say_reused(result: RunResult) -> None:
         f"{result.metric_set_version} before this run; their recorded results are shown "
         "(`evalq retry` re-evaluates those that failed)",
         highlight=False,
+        soft_wrap=True,
     )
 
 
