@@ -61,6 +61,7 @@ class AutoRetry:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._store: Store | None = None
+        self._last_skipped: tuple[tuple[str, int], ...] = ()
 
     def run_once(self, now: datetime | None = None) -> RetrySummary:
         """One pass: enqueue every due retry (see the module)."""
@@ -113,9 +114,17 @@ class AutoRetry:
             except Exception as exc:  # noqa: BLE001 - a broker away: the next pass tries again
                 _log.warning("automatic retry pass failed (%s)", type(exc).__name__)
                 continue
-            if summary.skipped:
-                codes = ", ".join(f"{c} {n}" for c, n in sorted(summary.not_retryable.items()))
-                _log.info("automatic retry: %d not retryable (%s)", summary.skipped, codes)
+            self._say_skipped(summary)
+
+    def _say_skipped(self, summary: RetrySummary) -> None:
+        """Log what cannot be retried when it changed (not every pass: passes are frequent)."""
+        counts = tuple(sorted(summary.not_retryable.items()))
+        if counts == self._last_skipped:
+            return
+        self._last_skipped = counts
+        if counts:
+            codes = ", ".join(f"{code} {n}" for code, n in counts)
+            _log.info("automatic retry: %d not retried (%s)", summary.skipped, codes)
 
 
 @contextlib.contextmanager

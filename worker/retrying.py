@@ -116,7 +116,8 @@ class RetrySummary:
         """Snapshots that cannot be retried (every code)."""
         return sum(self.not_retryable.values())
 
-    def _skip(self, candidate: RetryCandidate, code: NotRetryable) -> None:
+    def count_skip(self, candidate: RetryCandidate, code: NotRetryable) -> None:
+        """Count one snapshot not retried (and keep it as an example, up to 20)."""
         self.not_retryable[code] = self.not_retryable.get(code, 0) + 1
         if len(self.examples) < _SHOWN:
             self.examples.append(
@@ -135,23 +136,23 @@ def _next_attempt(
 ) -> Reevaluation | None:
     attempt = candidate.attempt
     if attempt is None:
-        summary._skip(candidate, NotRetryable.NOT_AN_ATTEMPT)
+        summary.count_skip(candidate, NotRetryable.NOT_AN_ATTEMPT)
         return None
     if attempt >= last_attempt:
-        summary._skip(candidate, NotRetryable.MAX_ATTEMPTS)
+        summary.count_skip(candidate, NotRetryable.MAX_ATTEMPTS)
         return None
     if not candidate.content_kept:
-        summary._skip(candidate, NotRetryable.CONTENT_NOT_KEPT)
+        summary.count_skip(candidate, NotRetryable.CONTENT_NOT_KEPT)
         return None
     try:
         record = store.get_snapshot(candidate.snapshot_id)
     except PermanentStoreError as exc:
         if exc.code != NotRetryable.CONTENT_MISMATCH:
             raise
-        summary._skip(candidate, NotRetryable.CONTENT_MISMATCH)
+        summary.count_skip(candidate, NotRetryable.CONTENT_MISMATCH)
         return None
     if record is None:  # purged between the listing and this read
-        summary._skip(candidate, NotRetryable.CONTENT_NOT_KEPT)
+        summary.count_skip(candidate, NotRetryable.CONTENT_NOT_KEPT)
         return None
     snapshot = Snapshot.model_validate(record.content)
     return Reevaluation(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from producer.snapshot import MAX_ATTEMPTS
-from worker.auto_retry import lookback_s, pass_interval_s
+from worker.auto_retry import automatic_retries, lookback_s, pass_interval_s
 from worker.config_check import check_configuration
 from worker.settings import ConfigError, RetryConfig, load_settings
 
@@ -123,3 +123,9 @@ def test_the_pass_paces_itself_from_the_back_off() -> None:
     assert lookback_s(RetryConfig(max_attempts=3, backoff_s=60.0)) == 86_400.0
     long = RetryConfig(max_attempts=10, backoff_s=3600.0)
     assert lookback_s(long) == 2 * sum(3600.0 * 2 ** (n - 1) for n in range(1, 10))
+
+
+def test_no_pass_runs_when_the_policy_is_off() -> None:
+    """Default settings (max_attempts 1): evalq worker starts no automatic retry pass."""
+    with automatic_retries(load_settings()) as auto:
+        assert auto is None
