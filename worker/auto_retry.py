@@ -14,10 +14,12 @@ broker's visibility and restore rules), and the store already knows which newest
 and when; a pass that finds them again after a restart loses nothing.
 
 The pass considers attempts recorded within :func:`lookback_s` (a day, or longer with long
-back-offs); older failures are ``evalq retry --since``'s. Several workers with the policy on each
-run the pass: they may send the same attempt twice, which the store records once (the same
-attempt has the same evaluation id), though each copy may ask the judge. Turn the policy on in
-one worker (e.g. the backfill pool) to avoid that. A pass that fails (store or broker away) logs
+back-offs); older failures are ``evalq retry --since``'s. A pass sends an attempt once per
+:func:`resend_after_s` (a minute, or ``backoff_s`` if longer), so a retry still queued is not sent
+again by the next pass. Several workers with the policy on each run the pass: they may send the
+same attempt twice, which the store records once (the same attempt has the same evaluation id),
+though each copy may ask the judge. Turn the policy on in one worker (e.g. the backfill pool) to
+avoid that. A pass that fails (store or broker away) logs
 its reason and tries again at the next interval.
 """
 
@@ -26,14 +28,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from worker.retrying import RetryChoice, RetrySummary, due, retry_failed
+from worker.retrying import Admit, RetryChoice, RetrySummary, due, retry_failed
 from worker.settings import RetryConfig, Settings
-from worker.store import RecordScope, Store, StoreError, open_store
+from worker.store import RecordScope, RetryCandidate, Store, StoreError, open_store
 
-__all__ = ["AutoRetry", "automatic_retries", "lookback_s", "pass_interval_s"]
+__all__ = ["AutoRetry", "automatic_retries", "lookback_s", "pass_interval_s", "resend_after_s"]
 
 _log = logging.getLogger(__name__)
 _MIN_INTERVAL_S = 0.5
@@ -52,6 +55,17 @@ def lookback_s(policy: RetryConfig) -> float:
     return max(_MIN_LOOKBACK_S, 2 * schedule_s)
 
 
+def resend_after_s(policy: RetryConfig) -> float:
+    """How long a pass waits before sending the same attempt again: at least a minute.
+
+    Passes run far more often than a retry takes to be recorded; without this, a pass would send
+    a second copy of an attempt still queued, which two consumer processes could then evaluate
+    at the same moment (one record, two judge requests). A copy lost with a broker is sent again
+    after this long.
+    """
+    return max(60.0, policy.backoff_s)
+
+
 class AutoRetry:
     """The periodic pass of one worker (see the module); :meth:`run_once` is one pass."""
 
@@ -62,12 +76,14 @@ class AutoRetry:
         self._thread: threading.Thread | None = None
         self._store: Store | None = None
         self._last_skipped: tuple[tuple[str, int], ...] = ()
+        self._sent: dict[str, float] = {}  # superseded evaluation id -> when its retry was sent
 
     def run_once(self, now: datetime | None = None) -> RetrySummary:
         """One pass: enqueue every due retry (see the module)."""
         from worker.producing import producer_for  # noqa: PLC0415 - Celery only when used
 
         now = now or datetime.now(UTC)
+        admit = self._admit(due(self.policy.due_after_s, now))
         since = now - timedelta(seconds=lookback_s(self.policy))
         choice = RetryChoice(self.policy.reasons, scope=RecordScope(since=since))
         if self._store is None:
@@ -79,9 +95,23 @@ class AutoRetry:
                 choice,
                 batch_size=self.settings.batch_size,
                 last_attempt=self.policy.max_attempts,
-                admit=due(self.policy.due_after_s, now),
+                admit=admit,
                 now=now,
             )
+
+    def _admit(self, is_due: Admit) -> Admit:
+        """Due candidates, each sent once per :func:`resend_after_s` (see the module)."""
+        clock_s = time.monotonic()
+        resend_s = resend_after_s(self.policy)
+        self._sent = {k: t for k, t in self._sent.items() if clock_s - t < resend_s}
+
+        def admit(candidate: RetryCandidate) -> bool:
+            if not is_due(candidate) or candidate.evaluation_id in self._sent:
+                return False
+            self._sent[candidate.evaluation_id] = clock_s
+            return True
+
+        return admit
 
     def start(self) -> None:
         """Run a pass every :func:`pass_interval_s` in a daemon thread until :meth:`stop`."""

@@ -35,6 +35,7 @@ from worker.store import (
 )
 
 __all__ = [
+    "Admit",
     "NotRetryable",
     "RetryChoice",
     "RetrySender",
@@ -131,9 +132,10 @@ Admit = Callable[[RetryCandidate], bool]
 """A further filter (the automatic policy's back-off): False leaves a candidate for later."""
 
 
-def _next_attempt(
-    store: Store, candidate: RetryCandidate, last_attempt: int, summary: RetrySummary
-) -> Reevaluation | None:
+def _retryable_attempt(
+    candidate: RetryCandidate, last_attempt: int, summary: RetrySummary
+) -> int | None:
+    """The candidate's attempt if a next one may follow, else None (counted with its code)."""
     attempt = candidate.attempt
     if attempt is None:
         summary.count_skip(candidate, NotRetryable.NOT_AN_ATTEMPT)
@@ -141,6 +143,12 @@ def _next_attempt(
     if attempt >= last_attempt:
         summary.count_skip(candidate, NotRetryable.MAX_ATTEMPTS)
         return None
+    return attempt
+
+
+def _next_attempt(
+    store: Store, candidate: RetryCandidate, attempt: int, summary: RetrySummary
+) -> Reevaluation | None:
     if not candidate.content_kept:
         summary.count_skip(candidate, NotRetryable.CONTENT_NOT_KEPT)
         return None
@@ -173,10 +181,13 @@ class _Pass:
     def retries(self, summary: RetrySummary) -> Iterator[Reevaluation]:
         for candidate in self.store.iter_retry_candidates(self.choice.query(self.now)):
             summary.examined += 1
+            attempt = _retryable_attempt(candidate, self.last_attempt, summary)
+            if attempt is None:
+                continue
             if self.admit is not None and not self.admit(candidate):
                 summary.not_due += 1
                 continue
-            retry = _next_attempt(self.store, candidate, self.last_attempt, summary)
+            retry = _next_attempt(self.store, candidate, attempt, summary)
             if retry is not None:
                 yield retry
 
