@@ -1,6 +1,7 @@
 """evalq producers: turn agent traces into snapshots and send them to the workers by task name.
 
-- :class:`Snapshot` / :class:`OutcomeEvent` / :class:`SamplingTally`: the wire contract
+- :class:`Snapshot` / :class:`OutcomeEvent` / :class:`SamplingTally` / :class:`Reevaluation`
+  (a retry attempt of a stored snapshot): the wire contract
   (``producer.snapshot``).
 - :func:`read_snapshots`: read a trace file (OpenAI chat JSONL and the other importers' formats).
 - :class:`Producer`: publish snapshots (live lane, or batched on the backfill lane), outcome
@@ -25,9 +26,11 @@ from .snapshot import (
     EVALUATE_TASK,
     LANE_QUEUES,
     OUTCOME_TASK,
+    REEVALUATE_TASK,
     TALLY_TASK,
     Lane,
     OutcomeEvent,
+    Reevaluation,
     SamplingTally,
     Snapshot,
     WindowViolation,
@@ -62,6 +65,7 @@ __all__ = [
     "FINGERPRINT_PREFIX",
     "LANE_QUEUES",
     "OUTCOME_TASK",
+    "REEVALUATE_TASK",
     "TALLY_TASK",
     "BackfillError",
     "BackfillProgress",
@@ -74,6 +78,7 @@ __all__ = [
     "Producer",
     "Redactor",
     "RedisQueueDepth",
+    "Reevaluation",
     "RegexRedactor",
     "RejectedLine",
     "Sampler",

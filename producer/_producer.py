@@ -6,6 +6,8 @@ A minimal Celery app (no tasks, no result backend, JSON only) publishes to the l
 - ``evalq.evaluate``: one argument, a ``Snapshot.wire()`` dict — or, for batches (backfill), a
   list of them: at most ``batch_size`` (clamped to the contract's ``MAX_BATCH_ITEMS``) and
   ``MAX_BATCH_BYTES`` of JSON per message; a snapshot over ``MAX_ITEM_BYTES`` is refused;
+- ``evalq.reevaluate``: one argument, a ``Reevaluation.wire()`` dict or a list of them (a retry
+  of stored snapshots, on the backfill lane by default), split like backfill batches;
 - ``evalq.outcome``: one argument, an ``OutcomeEvent.wire()`` dict (always on the outcomes lane);
 - ``evalq.sampling_tally``: one argument, a ``SamplingTally.wire()`` dict (outcomes lane).
 
@@ -28,9 +30,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from celery import Celery
 from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
@@ -43,6 +45,7 @@ from .snapshot import (
     MAX_BATCH_ITEMS,
     MAX_ITEM_BYTES,
     OutcomeEvent,
+    Reevaluation,
     SamplingTally,
     Snapshot,
 )
@@ -51,7 +54,9 @@ from .topology import (
     EVALUATE_TASK,
     LANE_QUEUES,
     OUTCOME_TASK,
+    REEVALUATE_TASK,
     TALLY_TASK,
+    TASK_LANES,
     Lane,
     celery_routing,
     trace_label,
@@ -145,17 +150,28 @@ def _encoded(snapshot: Snapshot) -> str:
     return text
 
 
-def _messages(items: Iterable[Snapshot], size: int) -> Iterator[list[tuple[Snapshot, str]]]:
-    """Snapshots with their JSON, grouped into messages a worker accepts.
+def _reevaluation_text(item: Reevaluation) -> str:
+    """A retry item's JSON, refused when its snapshot is over the worker's item limit."""
+    _encoded(item.snapshot)
+    return item.model_dump_json()
 
-    At most ``size`` (itself at most :data:`MAX_BATCH_ITEMS`) snapshots and
+
+_Item = TypeVar("_Item", Snapshot, Reevaluation)
+
+
+def _messages(
+    items: Iterable[_Item], size: int, encode: Callable[[_Item], str]
+) -> Iterator[list[tuple[_Item, str]]]:
+    """Items (snapshots) with their JSON, grouped into messages a worker accepts.
+
+    At most ``size`` (itself at most :data:`MAX_BATCH_ITEMS`) items and
     :data:`MAX_BATCH_BYTES` of JSON per message: a larger wanted batch is split, never sent.
     """
     limit = min(size, MAX_BATCH_ITEMS)
-    chunk: list[tuple[Snapshot, str]] = []
+    chunk: list[tuple[_Item, str]] = []
     chunk_bytes = 0
     for snapshot in items:
-        text = _encoded(snapshot)
+        text = encode(snapshot)
         if chunk and (len(chunk) >= limit or chunk_bytes + len(text) > MAX_BATCH_BYTES):
             yield chunk
             chunk, chunk_bytes = [], 0
@@ -284,7 +300,7 @@ class Producer:
             self._app.producer_or_acquire() as producer,
             producer.batch(max_size=PIPELINE_OPERATIONS),
         ):
-            for chunk in _messages(snapshots, batch_size):
+            for chunk in _messages(snapshots, batch_size, _encoded):
                 if ids is not None:
                     ids.extend(s.snapshot_id for s, _ in chunk)
                 self._send_chunk(chunk, lane, batch_size, producer)
@@ -310,6 +326,37 @@ class Producer:
             first, trace = head.snapshot_id[:16], trace_label(head.trace_id)
             label = f"[{len(chunk)} snapshots {first}… trace {trace}…]"
         self._send(EVALUATE_TASK, payload, queue, label, producer, serializer=_ENCODED)
+
+    def reevaluate_many(
+        self,
+        items: Iterable[Reevaluation],
+        *,
+        lane: Lane | str | None = None,
+        batch_size: int = 1,
+    ) -> int:
+        """Send retry attempts (``evalq retry``), packed ``batch_size`` per message; how many.
+
+        The lane defaults to the task's (backfill: a retry after an outage is catch-up work and
+        must not queue ahead of live traffic). Messages are split like backfill batches (at most
+        :data:`MAX_BATCH_ITEMS` items and :data:`MAX_BATCH_BYTES`); an item whose snapshot is
+        over :data:`MAX_ITEM_BYTES` is refused (:class:`OversizedSnapshotError`).
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        queue = LANE_QUEUES[Lane(lane) if lane else TASK_LANES[REEVALUATE_TASK]]
+        sent = 0
+        with (
+            self._app.producer_or_acquire() as producer,
+            producer.batch(max_size=PIPELINE_OPERATIONS),
+        ):
+            for chunk in _messages(items, batch_size, _reevaluation_text):
+                head = chunk[0][0]
+                texts = [text for _, text in chunk]
+                payload = _Encoded(texts[0] if batch_size == 1 else "[" + ",".join(texts) + "]")
+                label = _reevaluation_label(head, len(chunk))
+                self._send(REEVALUATE_TASK, payload, queue, label, producer, serializer=_ENCODED)
+                sent += len(chunk)
+        return sent
 
     def check_broker(self, timeout_s: int = 5) -> None:
         """Connect once (no retry loop): raise ``kombu.exceptions.OperationalError`` if down.
@@ -436,3 +483,14 @@ class Producer:
 def _snapshot_label(snapshot: Snapshot) -> str:
     """``[snapshot <id16> trace <trace id>]``: the task's ``argsrepr`` (ids, never content)."""
     return f"[snapshot {snapshot.snapshot_id[:16]} trace {trace_label(snapshot.trace_id)}]"
+
+
+def _reevaluation_label(head: Reevaluation, count: int) -> str:
+    """``[reevaluate <id16> attempt N trace <trace id>]`` (ids, never content)."""
+    snapshot = head.snapshot
+    more = f"{count} snapshots " if count > 1 else ""
+    dots = "…" if count > 1 else ""
+    return (
+        f"[reevaluate {more}{snapshot.snapshot_id[:16]}{dots} attempt {head.attempt} "
+        f"trace {trace_label(snapshot.trace_id)}{dots}]"
+    )

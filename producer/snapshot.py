@@ -42,6 +42,7 @@ from .topology import (
     LANE_EXCHANGE,
     LANE_QUEUES,
     OUTCOME_TASK,
+    REEVALUATE_TASK,
     TALLY_TASK,
     TASK_LANES,
     TASK_NAMES,
@@ -53,10 +54,12 @@ __all__ = [
     "EVALUATE_TASK",
     "LANE_EXCHANGE",
     "LANE_QUEUES",
+    "MAX_ATTEMPTS",
     "MAX_BATCH_BYTES",
     "MAX_BATCH_ITEMS",
     "MAX_ITEM_BYTES",
     "OUTCOME_TASK",
+    "REEVALUATE_TASK",
     "SCHEMA_VERSION",
     "TALLY_TASK",
     "TASK_LANES",
@@ -66,6 +69,7 @@ __all__ = [
     "GoldLabel",
     "Lane",
     "OutcomeEvent",
+    "Reevaluation",
     "Sampling",
     "SamplingTally",
     "SliceMeta",
@@ -115,6 +119,9 @@ the batch sizes of producers and workers cannot mismatch into ``BATCH_TOO_LARGE`
 """
 MAX_BATCH_BYTES: Final = 16 * 1024 * 1024
 """Most bytes of snapshot JSON in one backfill message: a batch is split before it would pass."""
+MAX_ATTEMPTS: Final = 10
+"""Most attempts of one snapshot under one metric-set version (the first and 9 retries): a
+:class:`Reevaluation` names at most this one, and ``[retry] max_attempts`` is bounded by it."""
 
 
 class Unit(StrEnum):
@@ -294,6 +301,34 @@ class OutcomeEvent(Contract):
     observed_at: UtcTime
 
     @field_validator("event_id", "trace_id", "name")
+    @classmethod
+    def _non_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be non-blank")
+        return value
+
+    def wire(self) -> dict[str, Any]:
+        """Plain JSON-mode dict for the queue."""
+        return self.model_dump(mode="json")
+
+
+class Reevaluation(Contract):
+    """Evaluate ``snapshot`` again as attempt ``attempt`` of ``metric_set_version``.
+
+    Sent as :data:`REEVALUATE_TASK` by ``evalq retry`` and the automatic retry policy when the
+    newest attempt's results carry retryable reasons (a judge outage: ``BACKEND_ERROR``,
+    ``TIMEOUT``). The worker records a new evaluation for that attempt, linked to the one it
+    supersedes; a redelivery of the same attempt finds it recorded and writes nothing. A worker
+    whose configuration gives another metric-set version evaluates the snapshot as the first
+    attempt of its own version instead (retries never mix versions).
+    """
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    snapshot: Snapshot
+    metric_set_version: str
+    attempt: int = Field(ge=2, le=MAX_ATTEMPTS)
+
+    @field_validator("metric_set_version")
     @classmethod
     def _non_blank(cls, value: str) -> str:
         if not value.strip():

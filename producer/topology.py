@@ -6,6 +6,7 @@ both sides import them (:mod:`producer.snapshot` re-exports them with the payloa
 - one durable ``direct`` exchange, :data:`LANE_EXCHANGE`; each lane's queue
   (:data:`LANE_QUEUES`) is bound to it with its own name as routing key;
 - tasks by stable name: :data:`EVALUATE_TASK` (snapshots, live or backfill lane),
+  :data:`REEVALUATE_TASK` (a snapshot again, as a numbered retry attempt: backfill lane),
   :data:`OUTCOME_TASK` and :data:`TALLY_TASK` (outcomes lane); :data:`TASK_LANES` is each
   task's default lane;
 - every message carries :data:`ENQUEUED_AT_HEADER` (publish time) for queue-wait and age metrics;
@@ -30,6 +31,7 @@ __all__ = [
     "LANE_EXCHANGE",
     "LANE_QUEUES",
     "OUTCOME_TASK",
+    "REEVALUATE_TASK",
     "TALLY_TASK",
     "TASK_LANES",
     "TASK_NAMES",
@@ -59,10 +61,17 @@ LANE_EXCHANGE: Final = "evalq"
 """One direct exchange; each lane queue is bound with its own name as routing key."""
 
 EVALUATE_TASK: Final = "evalq.evaluate"
+REEVALUATE_TASK: Final = "evalq.reevaluate"
+"""A retry: one ``Reevaluation.wire()`` dict or a list of them (catch-up work: backfill lane)."""
 OUTCOME_TASK: Final = "evalq.outcome"
 TALLY_TASK: Final = "evalq.sampling_tally"
 TASK_LANES: Mapping[str, Lane] = MappingProxyType(
-    {EVALUATE_TASK: Lane.LIVE, OUTCOME_TASK: Lane.OUTCOMES, TALLY_TASK: Lane.OUTCOMES}
+    {
+        EVALUATE_TASK: Lane.LIVE,
+        REEVALUATE_TASK: Lane.BACKFILL,
+        OUTCOME_TASK: Lane.OUTCOMES,
+        TALLY_TASK: Lane.OUTCOMES,
+    }
 )
 """Each task's default lane (a backfill producer names the backfill lane when it sends)."""
 TASK_NAMES: frozenset[str] = frozenset(TASK_LANES)

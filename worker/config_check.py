@@ -15,7 +15,15 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import SecretStr
 
 from worker.config_file import read_config_file
-from worker.settings import ENV_PREFIX, ConfigError, EvaluationConfig, Settings, load_settings
+from worker.settings import (
+    ENV_PREFIX,
+    RETRY_FIELDS,
+    ConfigError,
+    EvaluationConfig,
+    Settings,
+    file_fields,
+    load_settings,
+)
 
 __all__ = ["EXIT_INVALID", "check_configuration"]
 
@@ -67,7 +75,7 @@ def _source(name: str, file_keys: set[str]) -> str:
 def _file_keys(path: Path | None) -> set[str]:
     if path is None:
         return set()
-    values, _ = read_config_file(path, tuple(EvaluationConfig.model_fields))
+    values, _ = read_config_file(path, file_fields())
     return set(values)
 
 
@@ -85,18 +93,31 @@ def _effective(settings: Settings, *, argument: bool) -> str:
 
     file_keys = _file_keys(settings.config) | ({"config"} if argument else set())
     evaluation = list(EvaluationConfig.model_fields)
-    service = [name for name in Settings.model_fields if name not in evaluation]
+    retry = list(RETRY_FIELDS)
+    service = [name for name in Settings.model_fields if name not in (*evaluation, *retry)]
     metric_set = configured_metric_set(settings, settings.metric_set)
     lines = [
         f"configuration valid (file: {settings.config or 'none'})",
         *_section("evaluation", evaluation, settings, file_keys),
+        *_section("retry", retry, settings, file_keys),
         *_section("service", service, settings, file_keys),
         f"metric set {metric_set.name}: {', '.join(metric_set.metric_ids)}",
         f"metric-set version: {metric_set.version}",
     ]
+    lines.append(_retry_line(settings))
     if settings.thresholds_are_demo:
         lines.append("thresholds: demo pair 0.2,0.8 (synthetic judge only; calibrate real ones)")
     return "\n".join(lines)
+
+
+def _retry_line(settings: Settings) -> str:
+    policy = settings.retry
+    if not policy.automatic:
+        return "automatic retry: off (retry_max_attempts 1; `evalq retry` re-evaluates on demand)"
+    return (
+        f"automatic retry: on, up to {policy.max_attempts} attempts of a snapshot whose newest "
+        f"has {', '.join(policy.reasons)}; back-off {policy.backoff_s:g} s, doubling"
+    )
 
 
 def check_configuration(file: Path | None = None) -> tuple[str, int]:

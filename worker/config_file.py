@@ -1,4 +1,8 @@
-"""The evaluation configuration file: a TOML file with one ``[evaluation]`` table.
+"""The evaluation configuration file: a TOML file with an ``[evaluation]`` and a ``[retry]`` table.
+
+``[evaluation]`` keys are the settings of the same name (``budget_s`` is ``EVALQ_BUDGET_S``);
+``[retry]`` keys are the settings prefixed ``retry_`` (``max_attempts`` is
+``EVALQ_RETRY_MAX_ATTEMPTS``): the automatic retry policy and ``evalq retry``'s default reasons.
 
 Read by :func:`worker.settings.load_settings` (``EVALQ_CONFIG=path`` or ``--config``), beneath the
 environment and the flags. This module checks the file's *shape* only: a table or key it does
@@ -17,9 +21,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TABLE", "read_config_file"]
+__all__ = ["RETRY_PREFIX", "RETRY_TABLE", "TABLE", "file_location", "read_config_file"]
 
 TABLE = "evaluation"
+RETRY_TABLE = "retry"
+RETRY_PREFIX = "retry_"
+"""A ``[retry]`` key ``k`` is the setting ``retry_k``."""
+_TABLES = (TABLE, RETRY_TABLE)
 _DEPLOYMENT_WORDS = ("judge", "url", "endpoint", "key", "token", "secret", "password", "host")
 """A key containing one of these names a judge endpoint or credential (refused)."""
 
@@ -41,26 +49,39 @@ def _deployment_problem(where: str) -> str:
     )
 
 
+def _table_of(field: str) -> tuple[str, str]:
+    """(table, key) of a setting's name in the file."""
+    if field.startswith(RETRY_PREFIX):
+        return RETRY_TABLE, field.removeprefix(RETRY_PREFIX)
+    return TABLE, field
+
+
+def file_location(field: str) -> str:
+    """How a problem names a setting's key in the file: ``[retry] max_attempts``."""
+    table, key = _table_of(field)
+    return f"[{table}] {key}"
+
+
 def _table_problems(path: Path, document: dict[str, Any]) -> list[str]:
     problems = []
-    for name in document:
-        if name == TABLE:
+    for name, value in document.items():
+        if name in _TABLES:
+            if not isinstance(value, dict):
+                problems.append(f"{path}: {name!r} must be a table ([{name}])")
             continue
         if _is_deployment(name):
             problems.append(_deployment_problem(f"{path} [{name}]"))
         else:
-            problems.append(f"{path}: unknown table or key {name!r}{_suggestion(name, [TABLE])}")
-    if TABLE in document and not isinstance(document[TABLE], dict):
-        problems.append(f"{path}: {TABLE!r} must be a table ([{TABLE}])")
+            problems.append(f"{path}: unknown table or key {name!r}{_suggestion(name, _TABLES)}")
     return problems
 
 
-def _key_problems(path: Path, table: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+def _key_problems(path: Path, name: str, table: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     problems = []
     for key in table:
         if key in keys:
             continue
-        where = f"{path} [{TABLE}] {key}"
+        where = f"{path} [{name}] {key}"
         if _is_deployment(key):
             problems.append(_deployment_problem(where))
         else:
@@ -69,7 +90,8 @@ def _key_problems(path: Path, table: dict[str, Any], keys: tuple[str, ...]) -> l
 
 
 def read_config_file(path: Path, keys: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
-    """The ``[evaluation]`` values of ``path`` whose key is one of ``keys``, and every problem.
+    """The file's values of the settings named ``keys`` (``[evaluation]`` keys as they are,
+    ``[retry]`` keys prefixed ``retry_``), and every problem.
 
     A file that cannot be read or parsed is one problem and no values.
     """
@@ -81,8 +103,12 @@ def read_config_file(path: Path, keys: tuple[str, ...]) -> tuple[dict[str, Any],
     except tomllib.TOMLDecodeError as exc:
         return {}, [f"EVALQ_CONFIG: {path} is not valid TOML ({exc})"]
     problems = _table_problems(path, document)
-    table = document.get(TABLE)
-    if not isinstance(table, dict):
-        return {}, problems
-    problems += _key_problems(path, table, keys)
-    return {key: value for key, value in table.items() if key in keys}, problems
+    values: dict[str, Any] = {}
+    for name in _TABLES:
+        table = document.get(name)
+        if not isinstance(table, dict):
+            continue
+        known = {key: field for field in keys for t, key in [_table_of(field)] if t == name}
+        problems += _key_problems(path, name, table, tuple(known))
+        values.update({known[key]: value for key, value in table.items() if key in known})
+    return values, problems

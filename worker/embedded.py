@@ -25,16 +25,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
 import redis
 
 from producer import ImportErrorReport, RejectedLine
+from worker.evaluation import Reason
 from worker.producing import producer_for, snapshots_for
 from worker.runtime import configured_metric_set
 from worker.settings import Settings
-from worker.store import Store, open_store
+from worker.store import Store, StoredEvaluation, open_store
 
 __all__ = [
     "RedisServer",
@@ -193,17 +195,42 @@ class RunResult:
     by_metric: dict[str, Counter[str]] = field(default_factory=dict)
     rejected_examples: tuple[RejectedLine, ...] = ()
     passed: dict[str, int] = field(default_factory=dict)
+    reused: int = 0
+    """Snapshots whose (newest) evaluation was recorded before this run: results reused."""
+    judged: int = 0
+    """Evaluations shown that asked the judge."""
+    answered: int = 0
+    """Of those, evaluations with at least one judge answer (not BACKEND_ERROR / TIMEOUT)."""
+
+    @property
+    def judge_all_failed(self) -> bool:
+        """Every evaluation that asked the judge got no answer (judge down, a wrong key)."""
+        return self.judged > 0 and self.answered == 0
 
 
-def _tally(store: Store, ids: Iterable[str], version: str, result: RunResult) -> None:
+_NO_ANSWER = frozenset({Reason.BACKEND_ERROR, Reason.TIMEOUT})
+
+
+def _tally_one(stored: StoredEvaluation, started: datetime, result: RunResult) -> None:
+    results = stored.record.results
+    result.reused += stored.created_at < started
+    asked = [row for row in results if row.question_ids]
+    result.judged += bool(asked)
+    result.answered += any(row.reason not in _NO_ANSWER for row in asked)
+    for row in results:
+        result.by_metric.setdefault(row.metric_id, Counter())[row.status] += 1
+        if row.passed:
+            result.passed[row.metric_id] = result.passed.get(row.metric_id, 0) + 1
+
+
+def _tally(
+    store: Store, ids: Iterable[str], version: str, started: datetime, result: RunResult
+) -> None:
+    """Counts of each snapshot's newest attempt (a retried snapshot shows its latest results)."""
     for snapshot_id in ids:
-        stored = store.find_evaluation(snapshot_id, version)
-        if stored is None:
-            continue
-        for row in stored.record.results:
-            result.by_metric.setdefault(row.metric_id, Counter())[row.status] += 1
-            if row.passed:
-                result.passed[row.metric_id] = result.passed.get(row.metric_id, 0) + 1
+        stored = store.newest_evaluation(snapshot_id, version)
+        if stored is not None:
+            _tally_one(stored, started, result)
 
 
 def _progress(store: Store, ids: set[str], version: str) -> tuple[int, int]:
@@ -301,6 +328,7 @@ def _run_in(
             worker = WorkerProcess(_worker_env(settings, broker_url), workdir / "worker.log")
             stack.callback(worker.stop)
         rejected = ImportErrorReport(keep=20)
+        started = datetime.now(UTC)
         with producer_for(settings, broker_url) as producer:
             ids = set(producer.enqueue_many(snapshots_for(path, settings, report=rejected)))
         deadline = time.monotonic() + timeout_s
@@ -324,5 +352,5 @@ def _run_in(
             timed_out=timed_out,
             worker_log=worker.log_path if worker else None,
         )
-        _tally(store, ids, metric_set.version, result)
+        _tally(store, ids, metric_set.version, started, result)
     return result

@@ -17,6 +17,11 @@ What happens to an item (one snapshot; a backfill message holds several):
 - It does not decode or validate → a dead-letter record with a reason code
   (:class:`~worker.dead_letters.DeadLetterCode`) and its raw item; its siblings go on.
 - Its snapshot already has an evaluation for this metric-set version → nothing new is written.
+- A retry (``evalq.reevaluate``: a snapshot and the attempt N it is to be) is the same, for
+  attempt N: its evaluation id is ``(snapshot, version, "attempt:N")``'s, so skip-if-done looks
+  for that attempt and a redelivered retry writes nothing new; the new record links to the
+  attempt it supersedes. A retry for another metric-set version than this worker's is evaluated
+  as the first attempt of this worker's version.
 - Otherwise the engine evaluates it and the store records it (idempotently: a duplicate delivery
   racing this one writes nothing new). Records of the synthetic judge say ``synthetic``.
 - An outcome event whose ``event_id`` is already stored with other content → the stored one is
@@ -28,6 +33,7 @@ Logs carry reason codes and snapshot ids, never exception text, keys or content.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import time
@@ -42,10 +48,12 @@ from producer.snapshot import (
     MAX_BATCH_ITEMS,
     MAX_ITEM_BYTES,
     OUTCOME_TASK,
+    REEVALUATE_TASK,
     SCHEMA_VERSION,
     TALLY_TASK,
     Lane,
     OutcomeEvent,
+    Reevaluation,
     SamplingTally,
     Snapshot,
     WindowViolation,
@@ -68,6 +76,7 @@ from worker.store import (
     TallyRecord,
     TransientStoreError,
     UsageRecord,
+    attempt_run,
     evaluation_id_for,
 )
 
@@ -77,6 +86,7 @@ __all__ = [
     "RefusedError",
     "Verdict",
     "decode_outcome",
+    "decode_reevaluation",
     "decode_snapshot",
     "decode_tally",
 ]
@@ -217,6 +227,15 @@ def decode_tally(item: Any) -> SamplingTally:
         raise RefusedError(_schema_code(item)) from None
 
 
+def decode_reevaluation(item: Any) -> Reevaluation:
+    """Validate one queued retry item as a :class:`Reevaluation` (``RefusedError`` otherwise)."""
+    try:
+        return Reevaluation.model_validate(item)
+    except (ValidationError, RecursionError):
+        _check_size(item)
+        raise RefusedError(_schema_code(item)) from None
+
+
 def _project(snapshot: Snapshot) -> Trace:
     try:
         return snapshot.trace()
@@ -298,6 +317,7 @@ class _Job:
     trace: Trace
     metric_set: MetricSet
     lane: Lane
+    run: str = ""  # the attempt ("" = 1, "attempt:N" for a retry)
 
     @property
     def snapshot_id(self) -> str:
@@ -311,8 +331,8 @@ class _Job:
 
     @property
     def evaluation_id(self) -> str:
-        """The id its evaluation record gets (snapshot x metric-set version)."""
-        return evaluation_id_for(self.snapshot_id, self.metric_set.version)
+        """The id its evaluation record gets (snapshot x metric-set version x attempt)."""
+        return evaluation_id_for(self.snapshot_id, self.metric_set.version, self.run)
 
 
 def _evaluation_record(rt: Runtime, job: _Job, finished: FinishedEvaluation) -> EvaluationRecord:
@@ -324,6 +344,7 @@ def _evaluation_record(rt: Runtime, job: _Job, finished: FinishedEvaluation) -> 
         snapshot_id=job.snapshot_id,
         metric_set=job.metric_set.name,
         metric_set_version=job.metric_set.version,
+        run=job.run,
         judge_kind=settings.judge.value,
         judge_model=model,
         synthetic=settings.judge.value == "synthetic",
@@ -390,6 +411,8 @@ class Handler:
         try:
             if delivery.task == EVALUATE_TASK:
                 self._accept_items(message, _items(_one_argument(delivery)))
+            elif delivery.task == REEVALUATE_TASK:
+                self._accept_items(message, _items(_one_argument(delivery)), retry=True)
             elif delivery.task == OUTCOME_TASK:
                 record = _outcome_record(decode_outcome(_one_argument(delivery)))
                 write = self._write_later(self._record_outcome, record, delivery)
@@ -402,11 +425,12 @@ class Handler:
         except RefusedError as refused:
             self._dead_letter(message, refused.code, delivery.raw)
 
-    def _accept_items(self, message: _Message, items: list[Any]) -> None:
+    def _accept_items(self, message: _Message, items: list[Any], *, retry: bool = False) -> None:
         lane = message.delivery.lane
         for item in items:
             try:
-                message.jobs.append(self._job(item, lane))
+                job = self._retry_job(item, lane) if retry else self._job(item, lane)
+                message.jobs.append(job)
             except RefusedError as refused:
                 self._dead_letter(message, refused.code, raw_bytes(item))
             except Exception as exc:  # noqa: BLE001 - one bad item must not take its batch down
@@ -429,6 +453,19 @@ class Handler:
         return _Job(
             decoded.snapshot, content, trace, metric_set, lane or decoded.snapshot.sampling.lane
         )
+
+    def _retry_job(self, item: Any, lane: Lane | None) -> _Job:
+        """A retry item's job: its snapshot's, as the attempt it names (for its own version)."""
+        retry = decode_reevaluation(item)
+        job = self._job(item["snapshot"], lane)
+        if job.metric_set.version != retry.metric_set_version:
+            _log.info(
+                "retry for another metric-set version: %s evaluated as attempt 1 of %s",
+                job.snapshot_id[:16],
+                job.metric_set.version,
+            )
+            return job
+        return dataclasses.replace(job, run=attempt_run(retry.attempt))
 
     # -- evaluating -----------------------------------------------------------------------------
 
@@ -589,9 +626,10 @@ def _observe(job: _Job, record: EvaluationRecord, report: Report, created: bool)
     if created:
         metrics.observe_reports(record.lane, [report])
         _log.info(
-            "evaluation recorded: %s (%s, trace %s)",
+            "evaluation recorded: %s (%s%s, trace %s)",
             job.snapshot_id[:16],
             record.metric_set_version,
+            f" {record.run}" if record.run else "",
             job.trace_label,
         )
     else:

@@ -6,9 +6,11 @@ With ``processes`` > 1 this process supervises that many consumer processes
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from worker.app import create_app
+from worker.auto_retry import automatic_retries
 from worker.lifecycle import PARENT_ENV
 from worker.settings import ConfigError, Settings
 from worker.store import StoreError, failure_line, open_store
@@ -50,10 +52,14 @@ def run_worker(settings: Settings, *, hostname: str | None = None) -> int:
     The store is checked first, so a worker that could never record anything does not start.
     A supervised consumer skips the check (its supervisor made it): a store unreachable when it
     is restarted ends it with 75, which the supervisor backs off and retries, not with 2, which
-    stops the whole worker.
+    stops the whole worker. With ``[retry] max_attempts`` > 1 the top process also runs the
+    automatic retry pass (:mod:`worker.auto_retry`).
     """
-    if not os.environ.get(PARENT_ENV):
+    supervised = bool(os.environ.get(PARENT_ENV))
+    if not supervised:
         preflight(settings)
-    if settings.processes > 1:
-        return Supervisor(settings, hostname).run()
-    return create_app(settings).serve(worker_argv(settings, hostname))
+    # The automatic retry pass runs once per worker: in its top process, never in each child.
+    with contextlib.nullcontext() if supervised else automatic_retries(settings):
+        if settings.processes > 1:
+            return Supervisor(settings, hostname).run()
+        return create_app(settings).serve(worker_argv(settings, hostname))

@@ -37,9 +37,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from producer.snapshot import MAX_ATTEMPTS
 from producer.topology import LANE_QUEUES, Lane
-from worker.config_file import read_config_file
-from worker.evaluation import Limits, Thresholds, check_id
+from worker.config_file import RETRY_PREFIX, file_location, read_config_file
+from worker.evaluation import Limits, Reason, Thresholds, check_id
 from worker.judges import check_base_url
 from worker.metric_sets import metric_names
 
@@ -52,11 +53,16 @@ __all__ = [
     "MAX_BUDGET_S",
     "PREFETCH_MULTIPLIER",
     "REMOVED",
+    "RETRY_DEFAULT_REASONS",
+    "RETRY_FIELDS",
     "TEST_PREFIX",
     "ConfigError",
     "EvaluationConfig",
     "JudgeKind",
+    "RetryConfig",
     "Settings",
+    "engine_reasons",
+    "file_fields",
     "is_known_variable",
     "known_variables",
     "load_settings",
@@ -176,7 +182,34 @@ def _suggestion(name: str, known: Any) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+RETRY_DEFAULT_REASONS = (Reason.BACKEND_ERROR, Reason.TIMEOUT)
+"""What ``evalq retry`` and the automatic policy retry unless told otherwise: no answer came."""
+MAX_RETRY_BACKOFF_S = 86_400.0
+
+
+def engine_reasons() -> frozenset[str]:
+    """The engine's reason codes (``worker.evaluation.Reason``)."""
+    return frozenset(v for k, v in vars(Reason).items() if k.isupper() and isinstance(v, str))
+
+
+def _check_reasons(value: tuple[str, ...]) -> tuple[str, ...]:
+    known = engine_reasons()
+    for code in value:
+        if code not in known:
+            raise ValueError(f"unknown reason code {code!r}{_suggestion(code, known)}")
+    if len(set(value)) != len(value):
+        raise ValueError("duplicate reason code")
+    if not value:
+        raise ValueError("at least one reason code (e.g. BACKEND_ERROR)")
+    return value
+
+
 Mode = Annotated[Literal["off", "shadow"], BeforeValidator(_checked_mode)]
+RetryReasons = Annotated[
+    tuple[str, ...], NoDecode, BeforeValidator(_comma_list), AfterValidator(_check_reasons)
+]
+RetryAttempts = Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)]
+RetryBackoffS = Annotated[float, Field(gt=0, le=MAX_RETRY_BACKOFF_S)]
 BudgetS = Annotated[float, Field(gt=0, le=MAX_BUDGET_S)]
 MaxQuestions = Annotated[int, Field(ge=1, le=512)]
 MaxStateChars = Annotated[int, Field(ge=1, le=1_000_000)]
@@ -210,6 +243,40 @@ class EvaluationConfig(BaseModel):
     metrics: MetricList = None
 
 
+class RetryConfig(BaseModel):
+    """The ``[retry]`` table, validated and frozen: what a retry re-evaluates, and the policy.
+
+    ``reasons``: a snapshot whose newest attempt has a result with one of these codes is
+    retried (``evalq retry``'s default too). ``max_attempts``: the automatic policy retries
+    until a snapshot has this many attempts; 1 (the default) turns it off. ``backoff_s``:
+    attempt N + 1 is due ``backoff_s * 2 ** (N - 1)`` seconds after attempt N was recorded.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reasons: RetryReasons = RETRY_DEFAULT_REASONS
+    max_attempts: RetryAttempts = 1
+    backoff_s: RetryBackoffS = 60.0
+
+    @property
+    def automatic(self) -> bool:
+        """Whether the automatic policy runs (more than one attempt allowed)."""
+        return self.max_attempts > 1
+
+    def due_after_s(self, attempt: int) -> float:
+        """How long after attempt ``attempt`` was recorded the next one is due."""
+        return float(self.backoff_s * 2 ** max(0, attempt - 1))
+
+
+RETRY_FIELDS = tuple(RETRY_PREFIX + name for name in RetryConfig.model_fields)
+"""The settings of the ``[retry]`` table (``retry_reasons``, ``retry_max_attempts``, …)."""
+
+
+def file_fields() -> tuple[str, ...]:
+    """Every setting the evaluation file may set: ``[evaluation]`` and ``[retry]`` keys."""
+    return (*EvaluationConfig.model_fields, *RETRY_FIELDS)
+
+
 class Settings(BaseSettings):
     """Everything a worker, producer or ``evalq run`` needs, from ``EVALQ_*`` variables and the
     evaluation file (build it with :func:`load_settings`, which reads the file)."""
@@ -234,6 +301,9 @@ class Settings(BaseSettings):
     max_questions: MaxQuestions = 128
     max_state_chars: MaxStateChars = 100_000
     metrics: MetricList = None
+    retry_reasons: RetryReasons = RETRY_DEFAULT_REASONS
+    retry_max_attempts: RetryAttempts = 1
+    retry_backoff_s: RetryBackoffS = 60.0
     metric_set: str = "agent"
     outcome_criteria: Annotated[tuple[str, ...], NoDecode] = ()
     lanes: Annotated[tuple[Lane, ...], NoDecode] = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
@@ -347,6 +417,15 @@ class Settings(BaseSettings):
         )
 
     @property
+    def retry(self) -> RetryConfig:
+        """The retry configuration (``[retry]``, ``EVALQ_RETRY_*``)."""
+        return RetryConfig(
+            reasons=self.retry_reasons,
+            max_attempts=self.retry_max_attempts,
+            backoff_s=self.retry_backoff_s,
+        )
+
+    @property
     def api_key(self) -> SecretStr | None:
         """The judge key: ``EVALQ_JUDGE_API_KEY``, or ``TYPESAFE_API_KEY`` for System One only."""
         if self.judge_api_key is not None:
@@ -448,7 +527,7 @@ def _describe(error: Any, from_file: Mapping[str, Any], path: Path | None) -> st
     message = str(cause) if cause is not None else error["msg"]
     loc = tuple(error["loc"])
     if loc and loc[0] in from_file:
-        return f"{path} [evaluation] {loc[0]}: {message}"
+        return f"{path} {file_location(str(loc[0]))}: {message}"
     return f"{_env_name(loc)}: {message}"
 
 
@@ -475,6 +554,9 @@ COMMAND_VARIABLES = frozenset(
         "EVALQ_OUTCOME_SESSION_ID",
         "EVALQ_OUTCOME_UNIT_EVENT_ID",
         "EVALQ_REDRIVE_REASON",
+        "EVALQ_RETRY_METRIC",
+        "EVALQ_RETRY_SINCE",
+        "EVALQ_RETRY_BACKFILL",
         "EVALQ_REPORT_JSON",
         "EVALQ_REPORT_HTML",
         "EVALQ_REPORT_SINCE",
@@ -563,7 +645,7 @@ def _file_values(
     """The file's values that neither a flag nor a variable overrides (the later source wins)."""
     if path is None:
         return {}
-    values, found = read_config_file(path, tuple(EvaluationConfig.model_fields))
+    values, found = read_config_file(path, file_fields())
     problems.extend(found)
     set_in_env = {name.upper() for name in environ}
     return {

@@ -1,7 +1,9 @@
 """The Celery tasks, by stable name: names and routes only, the work is :mod:`worker.handling`'s.
 
 ``evalq.evaluate`` takes ONE positional argument: a snapshot wire dict (``Snapshot.wire()``), or a
-list of them (a backfill batch). ``evalq.outcome`` takes ONE: an ``OutcomeEvent.wire()`` dict.
+list of them (a backfill batch). ``evalq.reevaluate`` takes ONE: a ``Reevaluation.wire()`` dict
+(a stored snapshot and the retry attempt it is to be), or a list of them.
+``evalq.outcome`` takes ONE: an ``OutcomeEvent.wire()`` dict.
 ``evalq.sampling_tally`` (outcomes lane) takes ONE: a ``SamplingTally.wire()`` dict.
 
 A worker never runs these bodies: its consumer (:mod:`worker.consumer`) hands every message of

@@ -1,10 +1,10 @@
 """``evalq``: the command line, a face over ``producer`` and the worker.
 
 One module per command (``_worker``, ``_enqueue``, ``_backfill``, ``_outcome``, ``_redrive``,
-``_report`` with ``_gates``, ``_results``, ``_status``, ``_run``, ``_store``, ``_config``,
-``_purge``, ``_queue_exporter``, ``_ui``); what they share — settings, the store, the broker and
-one-line failures — is in ``_common`` and ``_options``. To add a command, write its function in a
-module of its own and register it on :data:`app` below.
+``_retry``, ``_report`` with ``_gates``, ``_results``, ``_status``, ``_run``, ``_store``,
+``_config``, ``_purge``, ``_queue_exporter``, ``_ui``); what they share — settings, the store,
+the broker and one-line failures — is in ``_common`` and ``_options``. To add a command, write
+its function in a module of its own and register it on :data:`app` below.
 
 Every flag has an environment twin: flags that are settings read ``EVALQ_<NAME>`` through
 ``worker.settings.Settings`` (the flag wins); command-only flags name their variable in
@@ -23,6 +23,7 @@ from . import (
     _redrive,
     _report,
     _results,
+    _retry,
     _run,
     _status,
     _store,
@@ -39,6 +40,7 @@ app.command(epilog=_enqueue.EPILOG)(_enqueue.enqueue)
 app.command(epilog=_backfill.EPILOG)(_backfill.backfill)
 app.command(epilog=_outcome.EPILOG)(_outcome.outcome)
 app.command()(_redrive.redrive)
+app.command(epilog=_retry.EPILOG)(_retry.retry)
 app.command()(_report.report)
 app.command(epilog=_results.EPILOG)(_results.results)
 app.command()(_status.status)

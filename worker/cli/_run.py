@@ -23,7 +23,8 @@ __all__ = ["EPILOG", "run"]
 
 EPILOG = (
     "Exit status: 0 finished (each snapshot evaluated or dead-lettered), no line rejected; "
-    "1 rejected lines (the first 20 listed), nothing evaluated, or not done in --timeout-s."
+    "1 rejected lines (the first 20 listed), nothing evaluated, not done in --timeout-s, or "
+    "every judge request failed (judge down or a wrong key: fix it, then `evalq retry`)."
 )
 """The ``--help`` epilog: exit statuses."""
 
@@ -74,7 +75,8 @@ def run(
     print_rejections(result.rejected_examples, result.rejected_lines)
     if result.expected == 0 and result.rejected_lines == 0:
         say_empty(str(file), "traces", "evaluate")
-    if result.timed_out or result.evaluated == 0 or result.rejected_lines:
+    judge_failed = _say_judge_failed(result, config)
+    if result.timed_out or result.evaluated == 0 or result.rejected_lines or judge_failed:
         raise typer.Exit(1)
 
 
@@ -142,6 +144,7 @@ def _print_run(result: RunResult, config: Settings) -> None:
         f"snapshots: {result.expected}  evaluated: {result.evaluated}  "
         f"dead letters: {result.dead_lettered}  rejected lines: {result.rejected_lines}"
     )
+    _say_reused(result)
     out.print(f"Store: {result.store_location}")
     if result.timed_out and result.worker_log is None:  # --no-worker: nothing of ours consumed
         err.print(
@@ -152,6 +155,34 @@ def _print_run(result: RunResult, config: Settings) -> None:
         )
     elif result.timed_out:
         err.print(f"[red]not finished in time[/red]; worker log: {result.worker_log}")
+
+
+def _say_reused(result: RunResult) -> None:
+    """Results recorded before this run are shown as they are: say so (skip-if-done)."""
+    if not result.reused:
+        return
+    out.print(
+        f"reused: {result.reused} of {result.expected} snapshot(s) were already evaluated under "
+        f"{result.metric_set_version} before this run; their recorded results are shown "
+        "(`evalq retry` re-evaluates those that failed)",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _say_judge_failed(result: RunResult, config: Settings) -> bool:
+    """True (and a hint on stderr) when no evaluation that asked the judge got an answer."""
+    if not result.judge_all_failed:
+        return False
+    err.print(
+        f"[red]every judge request failed[/red]: {result.judged} evaluation(s) asked the judge "
+        "and none got an answer (BACKEND_ERROR / TIMEOUT) — the judge is down or refuses the "
+        f"key (e.g. HTTP 401) of EVALQ_JUDGE={config.judge.value}; check EVALQ_JUDGE_URL and "
+        "EVALQ_JUDGE_API_KEY, then run `evalq retry` to re-evaluate them",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return True
 
 
 def _run_table(result: RunResult) -> Table:

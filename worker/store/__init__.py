@@ -18,13 +18,19 @@ Tables
     (``evalq purge --content-before``) deletes rows of snapshots recorded before a horizon it
     records first. Reading it back re-checks its hash.
 ``evaluations``
-    One per (snapshot_id, metric_set_version, run) — a UNIQUE constraint; ``run`` is ``""``
-    unless an explicit re-run names itself. The id is deterministic:
-    ``sha256("evalq.evaluation.v1␟snapshot_id␟metric_set_version␟run")``. Holds metric set and
-    version, judge kind and model, the synthetic flag, request count, usage per request
-    (``[{model, usage|null}]``), elapsed_s, window rule and cutoff (copied from the snapshot),
-    lane, created_at and ``previous_evaluation_id``: the latest earlier evaluation of the same
-    snapshot, so a re-evaluation (new metric-set version or re-run) links to the one before.
+    One per (snapshot_id, metric_set_version, run) — a UNIQUE constraint, read as "one
+    evaluation per snapshot, metric-set version and attempt": ``run`` is the attempt, ``""`` for
+    attempt 1 and ``attempt:N`` for the N-th (a retry after a failure, ``evalq retry``; see
+    ``attempt_run``/``attempt_of``); any other ``run`` is an explicit named re-run outside the
+    attempt chain. The id is deterministic:
+    ``sha256("evalq.evaluation.v1␟snapshot_id␟metric_set_version␟run")``, so a redelivered retry
+    of one attempt converges on one record. Holds metric set and version, judge kind and model,
+    the synthetic flag, request count, usage per request (``[{model, usage|null}]``), elapsed_s,
+    window rule and cutoff (copied from the snapshot), lane, created_at and
+    ``previous_evaluation_id``: for a retry attempt the latest earlier evaluation of the same
+    snapshot and metric-set version (the attempt it supersedes); otherwise the latest earlier
+    evaluation of the snapshot, so a re-evaluation (new metric-set version or re-run) links to
+    the one before. A failed attempt is never changed: the retry is a new row linked to it.
 ``metric_results``
     One per metric of an evaluation, written in the same transaction: metric id and version,
     status, reason code, score, passed, label, evidence, judge model, question ids, position,
@@ -75,6 +81,13 @@ Guarantees
 - Records hold reason codes only; store exceptions carry a code plus the driver's exception
   class and SQLSTATE, never the driver's message.
 
+Newest attempts
+---------------
+``Store.newest_evaluation(snapshot_id, metric_set_version)`` reads the newest attempt of a pair;
+``NEWEST_ATTEMPT`` is the same rule as an SQL condition over the ``e`` alias (for reads that
+count each snapshot and version once); ``Store.iter_retry_candidates(RetryQuery(...))`` lists
+the newest attempts whose results carry given reason codes (``evalq retry``).
+
 Listings
 --------
 ``Store.list_results(ResultQuery(...))`` returns one page of metric results, newest recorded
@@ -99,6 +112,7 @@ Exceptions::
 
 from __future__ import annotations
 
+from ._attempts import ATTEMPT_PREFIX, attempt_of, attempt_run
 from ._browse import (
     MAX_PAGE,
     EvaluationLink,
@@ -109,6 +123,7 @@ from ._browse import (
 )
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
 from ._listing import ListedResult, ResultCursor, ResultQuery
+from ._newest import IS_ATTEMPT, NEWEST_ATTEMPT, RetryCandidate, RetryQuery
 from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
 from ._records import (
     Checkpoint,
@@ -141,8 +156,11 @@ from ._writes import PAYLOAD_LIMIT_BYTES
 
 __all__ = [
     "APPEND_ONLY_TABLES",
+    "ATTEMPT_PREFIX",
     "EXPIRABLE_TABLES",
+    "IS_ATTEMPT",
     "MAX_PAGE",
+    "NEWEST_ATTEMPT",
     "PAYLOAD_LIMIT_BYTES",
     "SCHEMA_VERSION",
     "STORE_URL_SETTING",
@@ -168,6 +186,8 @@ __all__ = [
     "ResultListRow",
     "ResultQuery",
     "ResultRow",
+    "RetryCandidate",
+    "RetryQuery",
     "SampledOutCount",
     "SnapshotIndex",
     "SnapshotLabels",
@@ -185,6 +205,8 @@ __all__ = [
     "UsageRecord",
     "VerdictCount",
     "Written",
+    "attempt_of",
+    "attempt_run",
     "evaluation_id_for",
     "failure_line",
     "open_store",

@@ -13,7 +13,8 @@ for the writes alone.
 Semantics are those of :func:`~worker.store._writes.write_evaluation`, item by item, in input
 order: a snapshot is inserted if absent, an evaluation that exists writes nothing (its id is read
 under the same write lock, so ``created`` is exact), a new one links to the latest earlier
-evaluation of its snapshot (an earlier item of the same batch included) and to the earlier outcomes
+evaluation of its snapshot — a retry attempt to the latest of its snapshot and metric-set version
+(an earlier item of the same batch included) — and to the earlier outcomes
 of its trace (and unit).
 """
 
@@ -39,6 +40,7 @@ from ._writes import (
     _result_rows,
     _snapshot_params,
     _trace_key,
+    supersedes_same_version,
 )
 
 __all__ = [
@@ -154,11 +156,34 @@ def _stored_facts(tx: Tx, snapshot_ids: list[str]) -> dict[str, _Facts]:
     return found
 
 
-def _latest_evaluations(tx: Tx, snapshot_ids: list[str]) -> dict[str, str]:
-    """The latest evaluation of each snapshot that has one."""
-    sql = """SELECT snapshot_id, evaluation_id FROM evaluations WHERE snapshot_id IN ({ids})
-        ORDER BY seq"""
-    return {str(s): str(e) for s, e in _in_rows(tx, sql, snapshot_ids)}  # the last one wins
+@dataclass
+class _Latest:
+    """The latest evaluation of each snapshot, and of each (snapshot, metric-set version)."""
+
+    of_snapshot: dict[str, str]
+    of_version: dict[tuple[str, str], str]
+
+    def previous(self, record: EvaluationRecord) -> str | None:
+        """What ``record`` links to (the rule of ``write_evaluation``'s ``_previous``)."""
+        if supersedes_same_version(record):
+            return self.of_version.get((record.snapshot_id, record.metric_set_version))
+        return self.of_snapshot.get(record.snapshot_id)
+
+    def add(self, record: EvaluationRecord) -> None:
+        """``record`` is now the latest of its snapshot and of its version."""
+        self.of_snapshot[record.snapshot_id] = record.evaluation_id
+        self.of_version[record.snapshot_id, record.metric_set_version] = record.evaluation_id
+
+
+def _latest_evaluations(tx: Tx, snapshot_ids: list[str]) -> _Latest:
+    """The latest evaluations of the snapshots (the last row read wins)."""
+    sql = """SELECT snapshot_id, metric_set_version, evaluation_id FROM evaluations
+        WHERE snapshot_id IN ({ids}) ORDER BY seq"""
+    latest = _Latest({}, {})
+    for snapshot_id, version, evaluation_id in _in_rows(tx, sql, snapshot_ids):
+        latest.of_snapshot[str(snapshot_id)] = str(evaluation_id)
+        latest.of_version[str(snapshot_id), str(version)] = str(evaluation_id)
+    return latest
 
 
 def _links(tx: Tx, created: list[tuple[str, _Facts]], now: datetime) -> list[dict[str, Any]]:
@@ -195,12 +220,12 @@ def write_evaluations(tx: Tx, batch: PreparedBatch, now: datetime) -> list[Writt
         if not is_new:
             continue
         rows = prepared or _rows(record, facts[record.snapshot_id])
-        previous = latest.get(record.snapshot_id)
+        previous = latest.previous(record)
         evaluations.append({**rows.evaluation, "previous_evaluation_id": previous, "now": now})
         results.extend(rows.results)
         criteria.extend(rows.criteria)
         known.add(record.evaluation_id)
-        latest[record.snapshot_id] = record.evaluation_id
+        latest.add(record)
         created.append((record.evaluation_id, facts[record.snapshot_id]))
     _insert_rows(tx, _INSERT_EVALUATION, evaluations)
     _insert_rows(tx, _INSERT_RESULT, results)

@@ -37,6 +37,7 @@ from ._browse import (
 )
 from ._errors import PermanentStoreError, TransientStoreError, translating
 from ._listing import ListedResult, ResultCursor, ResultQuery, listed_reasons, result_listing
+from ._newest import RetryCandidate, RetryQuery, newest_evaluation_id, retry_candidate_page
 from ._reads import (
     EvaluationRow,
     LinkedOutcome,
@@ -300,6 +301,37 @@ class Store:
     ) -> StoredEvaluation | None:
         """The evaluation of this snapshot under this metric-set version (and run), or None."""
         return self.get_evaluation(evaluation_id_for(snapshot_id, metric_set_version, run))
+
+    def newest_evaluation(
+        self, snapshot_id: str, metric_set_version: str
+    ) -> StoredEvaluation | None:
+        """The newest attempt of this snapshot under this metric-set version, or None.
+
+        Attempt 1 unless a retry superseded it (``evalq retry``: ``run`` ``attempt:N``).
+        """
+
+        def read(tx: Tx) -> StoredEvaluation | None:
+            evaluation_id = newest_evaluation_id(tx, snapshot_id, metric_set_version)
+            return None if evaluation_id is None else stored_evaluation(tx, evaluation_id)
+
+        return self._run(read, write=False)
+
+    def retry_candidates(
+        self, query: RetryQuery, *, after: int = 0, limit: int = 500
+    ) -> tuple[tuple[RetryCandidate, ...], int | None]:
+        """One page of newest attempts with a result of ``query.reasons`` (recording order),
+        after the evaluation ``seq`` ``after``, and the next page's cursor (None: the last)."""
+        fetch = partial(retry_candidate_page, query=query, after=after, limit=limit)
+        return self._run(fetch, write=False)
+
+    def iter_retry_candidates(
+        self, query: RetryQuery, *, page_size: int = 500
+    ) -> Iterator[RetryCandidate]:
+        """Every page of :meth:`retry_candidates`, fetched in short read transactions."""
+        cursor: int | None = 0
+        while cursor is not None:
+            page, cursor = self.retry_candidates(query, after=cursor, limit=page_size)
+            yield from page
 
     def existing_evaluations(self, evaluation_ids: Sequence[str]) -> frozenset[str]:
         """Which of ``evaluation_ids`` are recorded (one query per 500 ids): skip-if-done."""

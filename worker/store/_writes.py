@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from worker.canonical_json import canonical_json, frozen_json, key_json
 
+from ._attempts import attempt_of
 from ._backends import Tx
 from ._errors import PermanentStoreError
 from ._records import (
@@ -31,6 +32,7 @@ from ._records import (
 
 __all__ = [
     "PAYLOAD_LIMIT_BYTES",
+    "supersedes_same_version",
     "write_checkpoint",
     "write_dead_letter",
     "write_evaluation",
@@ -119,12 +121,23 @@ def _facts(tx: Tx, snapshot_id: str) -> _Facts:
     return _Facts(*rows[0])
 
 
-def _previous(tx: Tx, snapshot_id: str) -> str | None:
-    rows = tx.rows(
-        """SELECT evaluation_id FROM evaluations WHERE snapshot_id = :snapshot_id
-        ORDER BY seq DESC LIMIT 1""",
-        {"snapshot_id": snapshot_id},
-    )
+def supersedes_same_version(record: EvaluationRecord) -> bool:
+    """Whether ``record`` is a retry attempt (N >= 2): it links to its own version's latest."""
+    attempt = attempt_of(record.run)
+    return attempt is not None and attempt > 1
+
+
+def _previous(tx: Tx, record: EvaluationRecord) -> str | None:
+    """The evaluation ``record`` follows: for a retry attempt the latest earlier one of the same
+    snapshot and metric-set version (the attempt it supersedes), else the snapshot's latest."""
+    if supersedes_same_version(record):
+        sql = """SELECT evaluation_id FROM evaluations WHERE snapshot_id = :snapshot_id
+        AND metric_set_version = :version ORDER BY seq DESC LIMIT 1"""
+    else:
+        sql = """SELECT evaluation_id FROM evaluations WHERE snapshot_id = :snapshot_id
+        ORDER BY seq DESC LIMIT 1"""
+    params = {"snapshot_id": record.snapshot_id, "version": record.metric_set_version}
+    rows = tx.rows(sql, params)
     return str(rows[0][0]) if rows else None
 
 
@@ -175,7 +188,7 @@ def _usage_json(usage: tuple[UsageRecord, ...]) -> str:
 
 
 def _insert_evaluation(tx: Tx, record: EvaluationRecord, facts: _Facts, now: datetime) -> bool:
-    params = _evaluation_params(record, facts, _previous(tx, record.snapshot_id), now)
+    params = _evaluation_params(record, facts, _previous(tx, record), now)
     return tx.run(_INSERT_EVALUATION, params) == 1
 
 
