@@ -12,14 +12,18 @@ import psycopg
 
 from worker.store import (
     APPEND_ONLY_TABLES,
+    AskedQuestion,
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
+    ResultAudit,
     SnapshotRecord,
     UsageRecord,
 )
 
 __all__ = [
+    "QUESTION_TEXTS",
+    "STATE_SHA256",
     "Dump",
     "dump_tables",
     "evaluation_record",
@@ -30,6 +34,14 @@ __all__ = [
 ]
 
 Dump = dict[str, list[tuple[Any, ...]]]
+
+QUESTION_TEXTS = (
+    '{"type":"noul","instructions":"Is claim 1 supported? \u00e9t\u00e9 ok"}',
+    '{"type":"noul","instructions":"Is claim 2 supported?"}',
+)
+"""The exact texts the helper evaluation's ``groundedness`` result asked (non-ASCII included)."""
+STATE_SHA256 = "5e" * 32
+"""The state digest the helper evaluation's ``groundedness`` result records."""
 
 
 def wire(
@@ -84,6 +96,15 @@ def evaluation_record(
             evidence={"claims": 2, "supported": ["c1", "c2"]},
             judge_model="judge-m",
             question_ids=("q1", "q2"),
+            audit=ResultAudit(
+                questions=tuple(
+                    AskedQuestion.of(qid, text)
+                    for qid, text in zip(("q1", "q2"), QUESTION_TEXTS, strict=True)
+                ),
+                state_sha256=STATE_SHA256,
+                judge_model="judge-m-2025",
+                judge_model_reported=True,
+            ),
         ),
         MetricResultRecord(
             metric_id="tool_use",
@@ -97,6 +118,12 @@ def evaluation_record(
             status="ERROR",
             reason="TIMEOUT",
             judge_model="judge-m",
+            audit=ResultAudit(
+                questions=(AskedQuestion.of("h1", QUESTION_TEXTS[1]),),
+                state_sha256=STATE_SHA256,
+                judge_model="judge-m",
+                judge_model_reported=False,
+            ),
         ),
     )
     return EvaluationRecord(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ._audit import AuditRows, audit_rows, insert_audit_rows
 from ._backends import Tx
 from ._errors import PermanentStoreError
 from ._records import EvaluationRecord, StoredSnapshot, Written
@@ -101,6 +102,7 @@ class _Rows:
     evaluation: dict[str, Any]
     results: list[dict[str, Any]]
     criteria: list[dict[str, Any]]
+    audit: AuditRows
 
 
 def _rows(record: EvaluationRecord, facts: _Facts) -> _Rows:
@@ -108,6 +110,7 @@ def _rows(record: EvaluationRecord, facts: _Facts) -> _Rows:
         _evaluation_params(record, facts, None, _PENDING),
         _result_rows(record, facts),
         _criteria_rows(record),
+        audit_rows(record),
     )
 
 
@@ -188,6 +191,7 @@ def write_evaluations(tx: Tx, batch: PreparedBatch, now: datetime) -> list[Writt
     evaluations: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     criteria: list[dict[str, Any]] = []
+    audits = AuditRows()
     created: list[tuple[str, _Facts]] = []
     for (record, _), prepared in zip(batch.items, batch.rows, strict=True):
         is_new = record.evaluation_id not in known
@@ -199,11 +203,13 @@ def write_evaluations(tx: Tx, batch: PreparedBatch, now: datetime) -> list[Writt
         evaluations.append({**rows.evaluation, "previous_evaluation_id": previous, "now": now})
         results.extend(rows.results)
         criteria.extend(rows.criteria)
+        audits.extend(rows.audit)
         known.add(record.evaluation_id)
         latest[record.snapshot_id] = record.evaluation_id
         created.append((record.evaluation_id, facts[record.snapshot_id]))
     _insert_rows(tx, _INSERT_EVALUATION, evaluations)
     _insert_rows(tx, _INSERT_RESULT, results)
+    insert_audit_rows(tx, audits)
     _insert_rows(tx, _INSERT_CRITERION, criteria)
     _insert_rows(tx, _INSERT_LINK, _links(tx, created, now))
     return written
