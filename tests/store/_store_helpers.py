@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import psycopg
 
+from worker.canonical_json import canonical_json
 from worker.store import (
     APPEND_ONLY_TABLES,
     AskedQuestion,
@@ -30,6 +33,7 @@ __all__ = [
     "outcome_record",
     "raw_connection",
     "snapshot_record",
+    "twin_snapshots",
     "wire",
 ]
 
@@ -74,6 +78,20 @@ def snapshot_record(
 ) -> SnapshotRecord:
     """A snapshot record for ``trace_id`` (``text`` varies the content, hence the id)."""
     return SnapshotRecord(content=wire(trace_id, unit_event_id=unit_event_id, text=text))
+
+
+@cache
+def twin_snapshots() -> tuple[SnapshotRecord, SnapshotRecord]:
+    """Two snapshots whose ids share their first 8 hex digits (found by hashing, ~65k tries)."""
+    seen: dict[str, str] = {}
+    n = 0
+    while True:
+        text = f"twin-{n}"
+        digest = hashlib.sha256(canonical_json(wire(text=text)).encode("utf-8")).hexdigest()
+        if digest[:8] in seen:
+            return snapshot_record(text=seen[digest[:8]]), snapshot_record(text=text)
+        seen[digest[:8]] = text
+        n += 1
 
 
 def evaluation_record(

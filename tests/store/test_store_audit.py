@@ -8,7 +8,6 @@ import hashlib
 import sqlite3
 import time
 from datetime import UTC, datetime
-from functools import cache
 from typing import Any
 
 import psycopg
@@ -21,14 +20,12 @@ from tests.store._store_helpers import (
     outcome_record,
     raw_connection,
     snapshot_record,
-    wire,
+    twin_snapshots,
 )
-from worker.canonical_json import canonical_json
 from worker.store import (
     AskedQuestion,
     EvaluationRecord,
     ResultAudit,
-    SnapshotRecord,
     Store,
     open_store,
     text_sha256,
@@ -187,23 +184,9 @@ def test_snapshot_review_holds_evaluations_outcomes_and_pending(store: Store) ->
     assert store.snapshot_review("ab" * 32) is None
 
 
-@cache
-def _twins() -> tuple[SnapshotRecord, SnapshotRecord]:
-    """Two snapshots whose ids share their first 8 hex digits (found by hashing, ~65k tries)."""
-    seen: dict[str, str] = {}
-    n = 0
-    while True:
-        text = f"twin-{n}"
-        prefix = hashlib.sha256(canonical_json(wire(text=text)).encode("utf-8")).hexdigest()[:8]
-        if prefix in seen:
-            return snapshot_record(text=seen[prefix]), snapshot_record(text=text)
-        seen[prefix] = text
-        n += 1
-
-
 def test_a_prefix_finds_one_snapshot_or_says_it_is_ambiguous(store: Store) -> None:
     """A unique prefix finds its id; a shared one finds both; a short or non-hex one is refused."""
-    one, two = _twins()
+    one, two = twin_snapshots()
     for snapshot in (one, two):
         store.put_snapshot(snapshot)
     other = snapshot_record("t-other")
