@@ -4,8 +4,8 @@ Measured (``bench/``): written one by one, a batch of 32 evaluations took ~250 s
 SQLite write transaction, and every statement (every row of an ``executemany`` too) releases and
 re-takes the GIL, which a busy worker hands back only every few milliseconds: the write lock stayed
 held for hundreds of milliseconds and a live worker's single record waited seconds behind it.
-Here a batch costs about eight statements whatever its size: each table gets ONE insert
-(``Tx.insert_rows``: one multi-row statement on SQLite),
+Here a batch costs about eleven statements whatever its size: each table gets ONE insert
+(``Tx.insert_rows``: one multi-row statement on SQLite; the audit trail's three tables included),
 facts, previous evaluations, existing ids and earlier outcomes are read with one query each, and
 every row is built before the transaction opens (:func:`prepare_evaluations`), so the lock is held
 for the writes alone.
