@@ -264,7 +264,7 @@ def _audit(entry: Entry, configured: str | None) -> ResultAudit | None:
         AskedQuestion.of(f"{entry.id}.{qid}", text)
         for qid, text in zip(entry.asked, sent.questions, strict=True)
     )
-    return ResultAudit(
+    return ResultAudit.checked(
         questions=questions,
         state_sha256=sent.state_sha256,
         judge_model=sent.model or configured,
