@@ -41,9 +41,10 @@ Dump = dict[str, list[tuple[Any, ...]]]
 
 QUESTION_TEXTS = (
     '{"type":"noul","instructions":"Is claim 1 supported? \u00e9t\u00e9 ok"}',
-    '{"type":"noul","instructions":"Is claim 2 supported?"}',
+    '{"type":"noul","instructions":"Is claim 2 [b]supported[/b]? :x:"}',
 )
-"""The exact texts the helper evaluation's ``groundedness`` result asked (non-ASCII included)."""
+"""The exact texts the helper evaluation's ``groundedness`` result asked (non-ASCII, Rich markup
+and an emoji code included: they must print as they are)."""
 STATE_SHA256 = "5e" * 32
 """The state digest the helper evaluation's ``groundedness`` result records."""
 

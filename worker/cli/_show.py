@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._app import out
 from ._common import invalid, settings, store
 
 if TYPE_CHECKING:
@@ -86,8 +85,9 @@ def show(
     if as_json:
         sys.stdout.write(json.dumps(document(review), sort_keys=True, ensure_ascii=False) + "\n")
         return
-    for line in lines(review):  # plain text: ids, texts and values are data, never markup
-        out.print(line, highlight=False, markup=False, soft_wrap=True)
+    # Written as they are: a question text must print byte for byte (Rich would still turn
+    # ":x:" into an emoji and wrap long lines, even with markup off).
+    sys.stdout.write("".join(f"{line}\n" for line in lines(review)))
 
 
 def _normalized(snapshot_id: str) -> str:
