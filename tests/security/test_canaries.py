@@ -5,8 +5,8 @@ and no report.
 The evaluated content may live in exactly three places, each documented as a content store to be
 protected and expired: ``snapshot_contents`` (what was evaluated), ``dead_letters.payload`` (the
 raw message of a refused item, kept for ``evalq redrive``) and ``question_texts.text`` (the exact
-questions asked: a metric may quote the trace in one, as ``grounded`` quotes each claim). The judge naturally sees the
-content (that is its job) and the key (in its ``Authorization`` header).
+questions asked: a metric may quote the trace in one, as ``grounded`` quotes each claim). The
+judge naturally sees the content (that is its job) and the key (in its ``Authorization`` header).
 """
 
 from __future__ import annotations
