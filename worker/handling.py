@@ -68,9 +68,11 @@ from worker.judges import Usage
 from worker.metric_sets import MetricSet, UnknownMetricSetError, set_for_unit
 from worker.runtime import FinishedEvaluation, Runtime
 from worker.store import (
+    AskedQuestion,
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
+    ResultAudit,
     SnapshotText,
     StoreError,
     TallyRecord,
@@ -266,8 +268,35 @@ def _answering_model(report: Report, configured: str | None) -> str | None:
     return models.pop() if len(models) == 1 else configured
 
 
+def _audit(entry: Entry, configured: str | None) -> ResultAudit | None:
+    """What the metric's judge request carried, with the resolved judge model.
+
+    The resolved model is the one the judge's reply named for that request (a backend may
+    answer with another model than asked: an alias, a fallback); when no reply named one (it
+    timed out, failed, or the judge does not say), the model this worker was configured to ask,
+    marked as not reported. None for a metric whose questions were never sent.
+    """
+    sent = entry.sent
+    if sent is None:
+        return None
+    questions = tuple(
+        AskedQuestion.of(f"{entry.id}.{qid}", text)
+        for qid, text in zip(entry.asked, sent.questions, strict=True)
+    )
+    return ResultAudit.checked(
+        questions=questions,
+        state_sha256=sent.state_sha256,
+        judge_model=sent.model or configured,
+        judge_model_reported=sent.model is not None,
+    )
+
+
 def _results(
-    report: Report, metric_set: MetricSet, trace: Trace, model: str | None
+    report: Report,
+    metric_set: MetricSet,
+    trace: Trace,
+    model: str | None,
+    configured: str | None = None,
 ) -> tuple[MetricResultRecord, ...]:
     by_id = {m.id: m for m in metric_set.metrics}
     rows = []
@@ -275,6 +304,7 @@ def _results(
         result = entry.result
         qids = _question_ids(by_id[entry.id], trace, entry)
         answered = bool(qids) and result.reason not in _NO_ANSWER_REASONS
+        audit = _audit(entry, configured)
         # Built without re-validation: every field comes from the engine's validated
         # MetricResult and the evaluator's checked ids and versions, and ``checked`` applies the
         # record's own rules to them (re-validating the evidence was ~2% of a busy worker's CPU).
@@ -288,11 +318,19 @@ def _results(
                 passed=result.passed,
                 label=result.label,
                 evidence=result.evidence,
-                judge_model=model if answered else None,
+                judge_model=_answered_by(audit, model) if answered else None,
                 question_ids=qids,
+                audit=audit,
             )
         )
     return tuple(rows)
+
+
+def _answered_by(audit: ResultAudit | None, model: str | None) -> str | None:
+    """The result's judge model: its own request's reported model, else the evaluation's."""
+    if audit is not None and audit.judge_model_reported:
+        return audit.judge_model
+    return model
 
 
 def _usage_record(entry: RequestUsage) -> UsageRecord:
@@ -352,7 +390,7 @@ def _evaluation_record(rt: Runtime, job: _Job, finished: FinishedEvaluation) -> 
         usage=tuple(_usage_record(u) for u in report.usage),
         elapsed_s=time.monotonic() - finished.started_s,
         lane=job.lane.value,
-        results=_results(report, job.metric_set, job.trace, model),
+        results=_results(report, job.metric_set, job.trace, model, rt.judge_model),
         outcome_criteria=settings.outcome_criteria,
     )
 

@@ -37,7 +37,14 @@ from worker.evaluation import (
 )
 from worker.judges import SyntheticJudge, Usage
 from worker.metric_sets import MetricSet, build_metric_set
-from worker.store import EvaluationRecord, MetricResultRecord, UsageRecord
+from worker.store import (
+    AskedQuestion,
+    EvaluationRecord,
+    MetricResultRecord,
+    ResultAudit,
+    UsageRecord,
+    text_sha256,
+)
 from worker.store._writes import _evaluation_params, _Facts, _result_rows, _string_list_json
 
 _finite = st.floats(min_value=0, max_value=1, allow_nan=False)
@@ -478,3 +485,45 @@ def test_rows_equal_rows_built_from_dumps(
     facts = _Facts("trace-1", None, "after_event", "e-1", cutoff)
     assert _evaluation_params(record, facts, "e-0", _NOW) == _old_evaluation_params(record, facts)
     assert _result_rows(record, facts) == _old_result_rows(record, facts)
+
+
+_VALID_AUDIT = {
+    "questions": st.lists(
+        st.builds(AskedQuestion.of, st.sampled_from(["m.q", "m.c0", "m.c1"]), st.text(max_size=8)),
+        max_size=3,
+        unique_by=lambda q: q.question_id,
+    ).map(tuple),
+    "state_sha256": st.just("ab" * 32),
+    "judge_model": st.sampled_from(["jev-latest", "synthetic"]),
+    "judge_model_reported": st.booleans(),
+}
+_CHANGED_AUDIT = {
+    "questions": st.one_of(
+        st.just((AskedQuestion.of("m.q", "a"), AskedQuestion.of("m.q", "b"))),  # duplicate id
+        st.just([AskedQuestion.of("m.q", "a")]),  # a list, not a tuple
+    ),
+    "state_sha256": st.sampled_from(["AB" * 32, "ab" * 31, "", 1]),
+    "judge_model": st.sampled_from([None, "", 1]),
+    "judge_model_reported": st.sampled_from([0, 1, "yes", None]),
+}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(fields=_mostly_valid(_VALID_AUDIT, _CHANGED_AUDIT))
+def test_checked_audits_equal_validated_audits(fields: dict[str, Any]) -> None:
+    """ResultAudit.checked builds the validated audit, and refuses what validation refuses."""
+    complete = {"judge_model": None, "judge_model_reported": False, **fields}
+    _same_or_both_refused(
+        ResultAudit, lambda: ResultAudit(**complete), lambda: ResultAudit.checked(**complete)
+    )
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(question_id=st.sampled_from(["m.q", " ", ""]), text=st.text(max_size=12))
+def test_asked_questions_equal_validated_ones(question_id: str, text: str) -> None:
+    """AskedQuestion.of builds what validation builds from the text's own digest."""
+    _same_or_both_refused(
+        AskedQuestion,
+        lambda: AskedQuestion(question_id=question_id, sha256=text_sha256(text), text=text),
+        lambda: AskedQuestion.of(question_id, text),
+    )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from tests.properties.strategies import examples
 from worker._models import assemble
 from worker.canonical_json import compact_json
-from worker.evaluation import Entry, MetricResult, Reason, Report, Status, Thresholds
+from worker.evaluation import Entry, MetricResult, Reason, Report, Sent, Status, Thresholds
 from worker.evaluation import RequestUsage as EngineUsage
 from worker.evaluation._metrics import _UNTRUSTED, _claim_question
 from worker.evaluation._result import scored
@@ -183,6 +183,7 @@ def _engine_models() -> list[tuple[type[BaseModel], dict[str, Any]]]:
     result = MetricResult.skipped(Reason.NO_CLAIMS)
     entry = Entry(id="grounded", version="1", result=result, asked=("c0",))
     usage = EngineUsage(model="m", usage=Usage(input_tokens=1, output_tokens=2))
+    sent = Sent(questions=('{"type":"noul"}',), state_sha256="ab" * 32, model="m")
     report = {
         "trace_id": "t",
         "results": (entry,),
@@ -191,7 +192,15 @@ def _engine_models() -> list[tuple[type[BaseModel], dict[str, Any]]]:
         "elapsed_s": 0.5,
     }
     return [
-        (Entry, {"id": "grounded", "version": "1", "result": result, "asked": ("c0",)}),
+        (
+            Entry,
+            {"id": "grounded", "version": "1", "result": result, "asked": ("c0",), "sent": None},
+        ),
+        (
+            Entry,
+            {"id": "grounded", "version": "1", "result": result, "asked": ("c0",), "sent": sent},
+        ),
+        (Sent, {"questions": ('{"type":"noul"}',), "state_sha256": "ab" * 32, "model": None}),
         (EngineUsage, {"model": "m", "usage": usage.usage}),
         (Report, report),
     ]

@@ -2,10 +2,11 @@
 included, they appear in no log line, no metric label, no record outside the snapshot store
 and no report.
 
-The evaluated content may live in exactly two places, both documented as content stores to be
-protected and expired: ``snapshot_contents`` (what was evaluated) and ``dead_letters.payload``
-(the raw message of a refused item, kept for ``evalq redrive``). The judge naturally sees the
-content (that is its job) and the key (in its ``Authorization`` header).
+The evaluated content may live in exactly three places, each documented as a content store to be
+protected and expired: ``snapshot_contents`` (what was evaluated), ``dead_letters.payload`` (the
+raw message of a refused item, kept for ``evalq redrive``) and ``question_texts.text`` (the exact
+questions asked: a metric may quote the trace in one, as ``grounded`` quotes each claim). The
+judge naturally sees the content (that is its job) and the key (in its ``Authorization`` header).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from worker.store import open_store
 
 pytestmark = pytest.mark.services
 
-CONTENT_TABLES = {"snapshot_contents": None, "dead_letters": "payload"}
+CONTENT_TABLES = {"snapshot_contents": None, "dead_letters": "payload", "question_texts": "text"}
 """Where evaluated content may legitimately be: a whole table, or one column of it."""
 
 

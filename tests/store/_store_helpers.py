@@ -2,34 +2,51 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import psycopg
 
+from worker.canonical_json import canonical_json
 from worker.store import (
     APPEND_ONLY_TABLES,
+    AskedQuestion,
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
+    ResultAudit,
     SnapshotRecord,
     UsageRecord,
 )
 
 __all__ = [
+    "QUESTION_TEXTS",
+    "STATE_SHA256",
     "Dump",
     "dump_tables",
     "evaluation_record",
     "outcome_record",
     "raw_connection",
     "snapshot_record",
+    "twin_snapshots",
     "wire",
 ]
 
 Dump = dict[str, list[tuple[Any, ...]]]
+
+QUESTION_TEXTS = (
+    '{"type":"noul","instructions":"Is claim 1 supported? \u00e9t\u00e9 ok"}',
+    '{"type":"noul","instructions":"Is claim 2 [b]supported[/b]? :x:"}',
+)
+"""The exact texts the helper evaluation's ``groundedness`` result asked (non-ASCII, Rich markup
+and an emoji code included: they must print as they are)."""
+STATE_SHA256 = "5e" * 32
+"""The state digest the helper evaluation's ``groundedness`` result records."""
 
 
 def wire(
@@ -64,6 +81,20 @@ def snapshot_record(
     return SnapshotRecord(content=wire(trace_id, unit_event_id=unit_event_id, text=text))
 
 
+@cache
+def twin_snapshots() -> tuple[SnapshotRecord, SnapshotRecord]:
+    """Two snapshots whose ids share their first 8 hex digits (found by hashing, ~65k tries)."""
+    seen: dict[str, str] = {}
+    n = 0
+    while True:
+        text = f"twin-{n}"
+        digest = hashlib.sha256(canonical_json(wire(text=text)).encode("utf-8")).hexdigest()
+        if digest[:8] in seen:
+            return snapshot_record(text=seen[digest[:8]]), snapshot_record(text=text)
+        seen[digest[:8]] = text
+        n += 1
+
+
 def evaluation_record(
     snapshot_id: str,
     *,
@@ -84,6 +115,15 @@ def evaluation_record(
             evidence={"claims": 2, "supported": ["c1", "c2"]},
             judge_model="judge-m",
             question_ids=("q1", "q2"),
+            audit=ResultAudit(
+                questions=tuple(
+                    AskedQuestion.of(qid, text)
+                    for qid, text in zip(("q1", "q2"), QUESTION_TEXTS, strict=True)
+                ),
+                state_sha256=STATE_SHA256,
+                judge_model="judge-m-2025",
+                judge_model_reported=True,
+            ),
         ),
         MetricResultRecord(
             metric_id="tool_use",
@@ -97,6 +137,12 @@ def evaluation_record(
             status="ERROR",
             reason="TIMEOUT",
             judge_model="judge-m",
+            audit=ResultAudit(
+                questions=(AskedQuestion.of("h1", QUESTION_TEXTS[1]),),
+                state_sha256=STATE_SHA256,
+                judge_model="judge-m",
+                judge_model_reported=False,
+            ),
         ),
     )
     return EvaluationRecord(

@@ -110,3 +110,25 @@ def test_hostile_trace_text_is_shown_as_text(open_ui: UiServer, filled: Filled) 
         shown = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#events pre")]
         assert HOSTILE_TEXT in shown
         assert driver.execute_script("return document.scripts.length") == 0
+
+
+def test_record_shows_the_exact_question_texts(open_ui: UiServer, filled: Filled) -> None:
+    """The record page shows each question's exact stored text, its digest and the state digest."""
+    url = _record_url(open_ui, filled, OUTCOME_TRACE)
+    evaluation_id = url.rsplit("/", 1)[1].split("?")[0]
+    with open_store(filled.store_url) as store:
+        stored = store.get_evaluation(evaluation_id)
+    assert stored is not None
+    grounded = next(r for r in stored.record.results if r.metric_id == "grounded")
+    assert grounded.audit is not None
+    with chrome() as driver:
+        driver.get(url)
+        section = shown(driver, "#asked-grounded")
+        texts = [e.text for e in section.find_elements(By.CSS_SELECTOR, "pre.question-text")]
+        assert texts == [q.text for q in grounded.audit.questions]
+        assert "state.claims[0]" in texts[0]
+        shown_state = section.find_element(By.CSS_SELECTOR, ".state-sha256").text
+        assert shown_state == grounded.audit.state_sha256
+        # the stand-in answers as "synthetic" whatever it was asked (jev-latest): the reply wins
+        assert section.find_element(By.CSS_SELECTOR, ".judge-model").text == "synthetic"
+        assert "reported by the judge" in section.text

@@ -1,7 +1,7 @@
 """``evalq``: the command line, a face over ``producer`` and the worker.
 
 One module per command (``_worker``, ``_enqueue``, ``_backfill``, ``_outcome``, ``_redrive``,
-``_retry``, ``_report`` with ``_gates``, ``_results``, ``_status``, ``_run``, ``_store``,
+``_retry``, ``_report`` with ``_gates``, ``_results``, ``_show``, ``_status``, ``_run``, ``_store``,
 ``_config``, ``_purge``, ``_queue_exporter``, ``_ui``); what they share — settings, the store,
 the broker and one-line failures — is in ``_common`` and ``_options``. To add a command, write
 its function in a module of its own and register it on :data:`app` below.
@@ -25,6 +25,7 @@ from . import (
     _results,
     _retry,
     _run,
+    _show,
     _status,
     _store,
     _ui,
@@ -43,6 +44,7 @@ app.command()(_redrive.redrive)
 app.command(epilog=_retry.EPILOG)(_retry.retry)
 app.command()(_report.report)
 app.command(epilog=_results.EPILOG)(_results.results)
+app.command(epilog=_show.EPILOG)(_show.show)
 app.command()(_status.status)
 app.command(epilog=_run.EPILOG)(_run.run)
 app.add_typer(_store.store_app, name="store")

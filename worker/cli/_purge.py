@@ -23,9 +23,9 @@ def purge(
         ),
     ],
 ) -> None:
-    """Expire snapshot contents and dead-letter payloads older than a date; every record
-    (snapshot metadata, evaluations, results, dead-letter size and sha256) stays readable.
-    Run it as the tables' owner role."""
+    """Expire snapshot contents and dead-letter payloads older than a date, and the question
+    texts only such snapshots asked; every record (snapshot metadata, evaluations, results and
+    their digests, dead-letter size and sha256) stays readable. Run it as the tables' owner."""
     before = when("content-before", content_before, "90d")
     config = settings()
     with store(config) as opened:
@@ -34,8 +34,9 @@ def purge(
         except ValueError as exc:  # a horizon in the future
             invalid(f"--content-before: {exc}")
     out.print(
-        f"expired {summary.contents_removed} snapshot content(s) and "
-        f"{summary.payloads_cleared} dead-letter payload(s) recorded before "
+        f"expired {summary.contents_removed} snapshot content(s), "
+        f"{summary.payloads_cleared} dead-letter payload(s) and "
+        f"{summary.question_texts_removed} question text(s) recorded before "
         f"{summary.content_before.isoformat()}",
         highlight=False,
         markup=False,

@@ -18,7 +18,7 @@ from ._limits import Limits
 from ._metric import ID_PATTERN, Metric, check_id
 from ._metrics import agent_metrics
 from ._proposed_call import CallAppropriate, CallValid, tool_call_metrics
-from ._report import Entry, Report, RequestUsage
+from ._report import Entry, Report, RequestUsage, Sent
 from ._result import MetricResult, Reason, Status, Thresholds
 from ._runner import (
     Case,
@@ -56,6 +56,7 @@ __all__ = [
     "Reason",
     "Report",
     "RequestUsage",
+    "Sent",
     "Status",
     "Summary",
     "SummaryCounter",

@@ -11,6 +11,7 @@ from :meth:`Evaluator.interrupted_report`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import time
@@ -34,7 +35,7 @@ from . import _trace
 from ._limits import Limits
 from ._metric import check_id
 from ._packing import Group, Member, Planner, build_request, log_failure
-from ._report import Entry, Report, RequestUsage
+from ._report import Entry, Report, RequestUsage, Sent
 from ._result import MetricResult, Reason
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ _UNKNOWN_USAGE = RequestUsage(model=None, usage=None)  # a request sent with no 
 _ENTRY_FIELDS = frozenset(Entry.model_fields)
 _REPORT_FIELDS = frozenset(Report.model_fields)
 _USAGE_FIELDS = frozenset(RequestUsage.model_fields)
+_SENT_FIELDS = frozenset(Sent.model_fields)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class _Run:
     awaiting: int = 0  # requests sent whose reply has not come back (one at most)
     usage: list[RequestUsage] = field(default_factory=list)
     asked: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    sent: dict[int, Sent] = field(default_factory=dict)
 
 
 class Progress:
@@ -231,12 +234,15 @@ class Evaluator:
     async def _run_group(self, group: Group, trace: Trace, run: _Run, guard: _Guard) -> None:
         guard.check()  # never start a request with no time left, or after an outer cancel
         request = build_request(group)
+        _record_sent(run, group, request, self._ids)
         run.requests += 1
         run.awaiting += 1  # stays counted if the call is cancelled: sent, and no reply came
         reply = await _ask_judge(self._judge, request, guard.deadline)
         outcome = _classify(request, reply, trusted=self._trusted)
         if outcome.usage is not None:
             run.usage.append(outcome.usage)  # once per response, never per member
+            if outcome.usage.model:  # a blank name says nothing about who answered
+                _record_model(run, group, outcome.usage.model)
         run.awaiting -= 1  # after the usage: a reader in between over-counts, never misses it
         guard.check()
         for member in group.members:
@@ -270,6 +276,7 @@ class Evaluator:
                     "version": version,
                     "result": _TIMEOUT if result is None else result,
                     "asked": run.asked.get(index, ()),
+                    "sent": run.sent.get(index),
                 },
                 set(_ENTRY_FIELDS),
             )
@@ -308,6 +315,32 @@ class _Guard:
             raise asyncio.CancelledError
         if expired or time.monotonic() >= self.deadline:
             raise TimeoutError
+
+
+def _sent(questions: tuple[str, ...], state_sha256: str, model: str | None) -> Sent:
+    values = {"questions": questions, "state_sha256": state_sha256, "model": model}
+    return assemble(Sent, values, set(_SENT_FIELDS))  # every field is checked by its caller
+
+
+def _record_sent(run: _Run, group: Group, request: JudgeRequest, ids: tuple[str, ...]) -> None:
+    """Record, before the request leaves, what it carries for each member (the audit trail).
+
+    The state's digest is over the very text the request serializes (computed once per request);
+    each question's text is its wire JSON, serialized once per question object.
+    """
+    state_sha256 = hashlib.sha256(request.state_json().encode("utf-8")).hexdigest()
+    questions = request.questions
+    for member in group.members:
+        metric_id = ids[member.index]
+        texts = tuple(questions[f"{metric_id}.{qid}"].wire_json() for qid in member.qids)
+        run.sent[member.index] = _sent(texts, state_sha256, None)
+
+
+def _record_model(run: _Run, group: Group, model: str) -> None:
+    """The model the reply named, on every member the request carried."""
+    for member in group.members:
+        sent = run.sent[member.index]
+        run.sent[member.index] = _sent(sent.questions, sent.state_sha256, model)
 
 
 def _identities(metrics: tuple[Metric, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:

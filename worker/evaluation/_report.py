@@ -9,7 +9,7 @@ from worker.judges import Usage
 
 from ._result import MetricResult, Status
 
-__all__ = ["Entry", "Report", "RequestUsage"]
+__all__ = ["Entry", "Report", "RequestUsage", "Sent"]
 
 
 class _Frozen(BaseModel):
@@ -28,6 +28,23 @@ class RequestUsage(_Frozen):
     usage: Usage | None
 
 
+class Sent(_Frozen):
+    """What one metric's judge request carried, for auditing a record without trusting versions.
+
+    ``questions`` are the exact wire texts of the metric's questions (each question's compact JSON
+    as :meth:`~worker.judges.NoulQuestion.wire_json` writes it into the request), in the order of
+    ``Entry.asked``. ``state_sha256`` is the sha256 hex of the UTF-8 text of the request's state
+    (:meth:`~worker.judges.JudgeRequest.state_json`, the bytes a System One body carries; metrics
+    packed into one request share it). ``model`` is the model the judge's reply said answered
+    (``JudgeResponse.model``, or what an invalid reply still named); None when no reply came or it
+    named none.
+    """
+
+    questions: tuple[str, ...]
+    state_sha256: str
+    model: str | None = None
+
+
 class Entry(_Frozen):
     """One configured metric's result, tagged with the metric's id and version."""
 
@@ -36,6 +53,8 @@ class Entry(_Frozen):
     result: MetricResult
     asked: tuple[str, ...] = ()
     """The metric's local question ids planned for the judge (empty if it needed none)."""
+    sent: Sent | None = None
+    """What the judge was sent for this metric (None: no request carried its questions)."""
 
 
 class Report(_Frozen):

@@ -35,6 +35,13 @@ Tables
     One per metric of an evaluation, written in the same transaction: metric id and version,
     status, reason code, score, passed, label, evidence, judge model, question ids, position,
     and the window rule and cutoff again, so every result says what evidence it saw.
+``question_texts`` / ``result_audits`` / ``result_questions``
+    The audit trail of judged results (schema 4), written in the evaluation's transaction: every
+    distinct question text once, keyed by the sha256 of its UTF-8 text; per result the sha256 of
+    the state text its judge request sent and the resolved judge model (reported by the judge's
+    reply, else the configured one); per result the ids and digests of the questions it asked.
+    Read back as ``MetricResultRecord.audit``. The state stays only in ``snapshot_contents``; a
+    purge also deletes the question texts that no snapshot with kept content asked.
 ``pending_outcomes``
     The outcome criteria (outcome-event names, e.g. ``refund_reversed``) the metric set declared
     for the evaluation. Whether one is still pending is derived — no linked outcome of that name
@@ -62,9 +69,10 @@ Tables
 Guarantees
 ----------
 - Nothing is ever updated or deleted, except retention: a recorded purge may delete
-  ``snapshot_contents`` and empty ``dead_letters.payload`` older than its horizon, and nothing
-  else. Both databases enforce it themselves: triggers on every table refuse every other UPDATE
-  and DELETE (and TRUNCATE in PostgreSQL) whoever sends them. On PostgreSQL, give the worker a
+  ``snapshot_contents`` and empty ``dead_letters.payload`` older than its horizon, and delete
+  ``question_texts`` no snapshot at or after it asked, and nothing else. Both databases
+  enforce it themselves: triggers on every table refuse every other UPDATE and DELETE (and
+  TRUNCATE in PostgreSQL) whoever sends them. On PostgreSQL, give the worker a
   role that may only INSERT/SELECT on tables another role owns and migrates
   (``evalq store migrate``): the worker then needs no DDL rights and cannot drop a trigger
   (docs/store-roles.md). SQLite has no roles: whoever can write the file can drop triggers.
@@ -115,10 +123,13 @@ from __future__ import annotations
 from ._attempts import ATTEMPT_PREFIX, attempt_of, attempt_run
 from ._browse import (
     MAX_PAGE,
+    MIN_PREFIX,
     EvaluationLink,
     ResultFilter,
     ResultListRow,
+    ReviewedEvaluation,
     SnapshotIndex,
+    SnapshotReview,
     VerdictCount,
 )
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
@@ -126,6 +137,7 @@ from ._listing import ListedResult, ResultCursor, ResultQuery
 from ._newest import IS_ATTEMPT, NEWEST_ATTEMPT, RetryCandidate, RetryQuery
 from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
 from ._records import (
+    AskedQuestion,
     Checkpoint,
     DeadLetter,
     DeadLetterRecord,
@@ -135,6 +147,7 @@ from ._records import (
     OutcomeRecord,
     OutcomeWritten,
     PurgeSummary,
+    ResultAudit,
     ResultRow,
     SampledOutCount,
     SnapshotMeta,
@@ -148,6 +161,7 @@ from ._records import (
     UsageRecord,
     Written,
     evaluation_id_for,
+    text_sha256,
 )
 from ._schema import APPEND_ONLY_TABLES, EXPIRABLE_TABLES, SCHEMA_VERSION
 from ._store import Store, failure_line, open_store, store_location
@@ -160,11 +174,13 @@ __all__ = [
     "EXPIRABLE_TABLES",
     "IS_ATTEMPT",
     "MAX_PAGE",
+    "MIN_PREFIX",
     "NEWEST_ATTEMPT",
     "PAYLOAD_LIMIT_BYTES",
     "SCHEMA_VERSION",
     "STORE_URL_SETTING",
     "AppendOnlyError",
+    "AskedQuestion",
     "Checkpoint",
     "DeadLetter",
     "DeadLetterRecord",
@@ -180,6 +196,7 @@ __all__ = [
     "PermanentStoreError",
     "PurgeSummary",
     "RecordScope",
+    "ResultAudit",
     "ResultCount",
     "ResultCursor",
     "ResultFilter",
@@ -188,11 +205,13 @@ __all__ = [
     "ResultRow",
     "RetryCandidate",
     "RetryQuery",
+    "ReviewedEvaluation",
     "SampledOutCount",
     "SnapshotIndex",
     "SnapshotLabels",
     "SnapshotMeta",
     "SnapshotRecord",
+    "SnapshotReview",
     "SnapshotText",
     "StatusName",
     "Store",
@@ -211,4 +230,5 @@ __all__ = [
     "failure_line",
     "open_store",
     "store_location",
+    "text_sha256",
 ]

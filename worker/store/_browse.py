@@ -12,19 +12,32 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ._backends import Row, Tx
-from ._reads import RecordScope, _evaluation_conditions, _snapshot_conditions, scope_filter
-from ._records import StatusName, UtcTime
+from ._reads import (
+    RecordScope,
+    _evaluation_conditions,
+    _snapshot_conditions,
+    links,
+    pending_criteria,
+    scope_filter,
+    stored_evaluation,
+)
+from ._records import OutcomeLink, StatusName, StoredEvaluation, UtcTime
 
 __all__ = [
     "MAX_PAGE",
+    "MIN_PREFIX",
     "EvaluationLink",
     "ResultFilter",
     "ResultListRow",
+    "ReviewedEvaluation",
     "SnapshotIndex",
+    "SnapshotReview",
     "VerdictCount",
+    "matching_snapshot_ids",
     "result_list_page",
     "snapshot_evaluations",
     "snapshot_index",
+    "snapshot_review",
     "verdict_counts",
 ]
 
@@ -212,3 +225,78 @@ def snapshot_evaluations(tx: Tx, snapshot_id: str, limit: int) -> tuple[Evaluati
         EvaluationLink.model_validate(dict(zip(EvaluationLink.model_fields, r, strict=True)))
         for r in rows
     )
+
+
+# --- one snapshot's evaluations, whole (evalq show) ------------------------------------------
+
+MIN_PREFIX = 8
+"""The shortest snapshot-id prefix :func:`matching_snapshot_ids` looks up (hex digits)."""
+
+
+class ReviewedEvaluation(_Frozen):
+    """One evaluation as recorded (results with their audits), its outcomes and open criteria."""
+
+    evaluation: StoredEvaluation
+    outcomes: tuple[OutcomeLink, ...]
+    pending: tuple[str, ...]
+
+
+class SnapshotReview(_Frozen):
+    """A snapshot's indexed columns and its evaluations, oldest first, read in one transaction.
+
+    ``more`` is True when the snapshot has more evaluations than were read (the limit).
+    """
+
+    snapshot: SnapshotIndex
+    evaluations: tuple[ReviewedEvaluation, ...]
+    more: bool
+
+
+def snapshot_review(tx: Tx, snapshot_id: str, limit: int) -> SnapshotReview | None:
+    """The snapshot and up to ``limit`` of its evaluations with outcomes, or None if unknown."""
+    index = snapshot_index(tx, snapshot_id)
+    if index is None:
+        return None
+    listed = snapshot_evaluations(tx, snapshot_id, limit + 1)
+    reviewed = []
+    for link in listed[:limit]:
+        stored = stored_evaluation(tx, link.evaluation_id)
+        if stored is None:  # pragma: no cover - listed in this very transaction
+            continue
+        reviewed.append(
+            ReviewedEvaluation(
+                evaluation=stored,
+                outcomes=links(tx, link.evaluation_id),
+                pending=pending_criteria(tx, link.evaluation_id),
+            )
+        )
+    return SnapshotReview(snapshot=index, evaluations=tuple(reviewed), more=len(listed) > limit)
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _after_prefix(prefix: str) -> str | None:
+    """The smallest hex string above every string starting with ``prefix`` (None: none is)."""
+    digits = prefix.rstrip("f")
+    if not digits:
+        return None
+    last = "0123456789abcdef".index(digits[-1])
+    return digits[:-1] + "0123456789abcdef"[last + 1]
+
+
+def matching_snapshot_ids(tx: Tx, prefix: str, limit: int = 2) -> tuple[str, ...]:
+    """Up to ``limit`` snapshot ids starting with ``prefix`` (lower-case hex, >= MIN_PREFIX).
+
+    A range over the primary key (ids are lower-case hex, which every collation orders like
+    bytes), so a prefix costs one index probe however many snapshots there are.
+    """
+    if len(prefix) < MIN_PREFIX or not set(prefix) <= _HEX:
+        raise ValueError(f"a snapshot id prefix is {MIN_PREFIX}..64 lower-case hex digits")
+    upper = _after_prefix(prefix)
+    condition = "snapshot_id >= :low" + ("" if upper is None else " AND snapshot_id < :high")
+    rows = tx.rows(
+        f"SELECT snapshot_id FROM snapshots WHERE {condition} ORDER BY snapshot_id LIMIT :limit",  # noqa: S608
+        {"low": prefix, "high": upper, "limit": limit},
+    )
+    return tuple(str(r[0]) for r in rows if str(r[0]).startswith(prefix))

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from worker.canonical_json import FrozenJson
 
+from ._audit import audits_of
 from ._backends import Row, Tx
 from ._errors import PermanentStoreError
 from ._records import (
@@ -18,6 +19,7 @@ from ._records import (
     MetricResultRecord,
     OutcomeLink,
     OutcomeRecord,
+    ResultAudit,
     ResultRow,
     SampledOutCount,
     SnapshotRecord,
@@ -125,10 +127,11 @@ _RESULT_FIELDS = (
 )
 
 
-def _result(row: Row) -> MetricResultRecord:
-    fields = dict(zip(_RESULT_FIELDS, row, strict=True))
+def _result(row: Row, audits: dict[str, ResultAudit]) -> MetricResultRecord:
+    fields: dict[str, Any] = dict(zip(_RESULT_FIELDS, row, strict=True))
     fields["evidence"] = json.loads(fields["evidence"])
     fields["question_ids"] = json.loads(fields["question_ids"])
+    fields["audit"] = audits.get(fields["metric_id"])
     return MetricResultRecord.model_validate(fields)
 
 
@@ -136,7 +139,8 @@ def _record(tx: Tx, evaluation_id: str, row: Row) -> EvaluationRecord:
     fields: dict[str, Any] = dict(zip(_RECORD_FIELDS, row, strict=True))
     fields["usage"] = json.loads(fields["usage"])
     key = {"evaluation_id": evaluation_id}
-    fields["results"] = [_result(r) for r in tx.rows(_RESULTS, key)]
+    audits = audits_of(tx, evaluation_id)
+    fields["results"] = [_result(r, audits) for r in tx.rows(_RESULTS, key)]
     fields["outcome_criteria"] = [c for (c,) in tx.rows(_CRITERIA, key)]
     return EvaluationRecord.model_validate(fields)
 

@@ -31,6 +31,7 @@ from worker._models import assemble
 from worker.canonical_json import FrozenJson, canonical_json, thaw
 
 __all__ = [
+    "AskedQuestion",
     "Checkpoint",
     "DeadLetter",
     "DeadLetterRecord",
@@ -40,6 +41,7 @@ __all__ = [
     "OutcomeRecord",
     "OutcomeWritten",
     "PurgeSummary",
+    "ResultAudit",
     "ResultRow",
     "SampledOutCount",
     "SnapshotMeta",
@@ -51,6 +53,7 @@ __all__ = [
     "UsageRecord",
     "Written",
     "evaluation_id_for",
+    "text_sha256",
 ]
 
 StatusName = Literal["DECIDED", "INCONCLUSIVE", "SKIPPED", "ERROR"]
@@ -224,8 +227,109 @@ class UsageRecord(_Record):
         return cls(model=model, usage=usage)
 
 
+@functools.lru_cache(maxsize=4096)  # a metric's fixed questions repeat in every evaluation
+def text_sha256(text: str) -> str:
+    """sha256 hex of ``text`` encoded as UTF-8: the digest question texts are stored under."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class AskedQuestion(_Record):
+    """One question a metric put to the judge: its id, the exact text sent and that text's digest.
+
+    ``question_id`` is the namespaced id the request used (``metric.qid``). ``text`` is the
+    question's wire JSON exactly as the request carried it; a record read back holds ``None`` once
+    a retention purge expired the text (the digest stays). Build it with :meth:`of`.
+    """
+
+    question_id: Text
+    sha256: Sha256Hex
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _digest_matches(self) -> AskedQuestion:
+        if self.text is not None and text_sha256(self.text) != self.sha256:
+            raise ValueError("sha256 must be the digest of the question's UTF-8 text")
+        return self
+
+    @classmethod
+    def of(cls, question_id: str, text: str) -> AskedQuestion:
+        """The question with its digest computed from ``text`` (one shared frozen instance per
+        id and text: a metric's fixed questions repeat in every evaluation)."""
+        if _is_text(question_id) and type(text) is str:
+            return _asked_question(question_id, text)
+        return cls(question_id=question_id, sha256=text_sha256(text), text=text)
+
+
+_ASKED_FIELDS = frozenset({"question_id", "sha256", "text"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _asked_question(question_id: str, text: str) -> AskedQuestion:
+    # What validation builds from a non-blank id, a str text and that text's digest (measured:
+    # validating the questions and audits of an evaluation was ~0.2 ms, 8% of a worker's CPU).
+    values = {"question_id": question_id, "sha256": text_sha256(text), "text": text}
+    return assemble(AskedQuestion, values, set(_ASKED_FIELDS))
+
+
+class ResultAudit(_Record):
+    """What a metric's judge request carried, so a record can be checked on its own.
+
+    ``questions``: every question asked, with its exact text (stored once per distinct text).
+    ``state_sha256``: sha256 hex of the UTF-8 state text the request sent; the state itself is
+    content and stays only in ``snapshot_contents``. ``judge_model``: the resolved judge model,
+    the one the judge's reply named (``judge_model_reported`` True) or, when no reply named one,
+    the model the worker was configured to ask (False; None if it had none either).
+    """
+
+    questions: tuple[AskedQuestion, ...]
+    state_sha256: Sha256Hex
+    judge_model: str | None = None
+    judge_model_reported: bool = False
+
+    @model_validator(mode="after")
+    def _distinct_ids(self) -> ResultAudit:
+        ids = [q.question_id for q in self.questions]
+        if len(set(ids)) != len(ids):
+            raise ValueError("each question id appears at most once in a result's audit")
+        if self.judge_model_reported and self.judge_model is None:
+            raise ValueError("a reported judge model needs its name")
+        return self
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        questions: tuple[AskedQuestion, ...],
+        state_sha256: str,
+        judge_model: str | None,
+        judge_model_reported: bool,
+    ) -> ResultAudit:
+        """``ResultAudit(...)``, cheaply when the parts have exact types and pass its rules."""
+        values = {
+            "questions": questions,
+            "state_sha256": state_sha256,
+            "judge_model": judge_model,
+            "judge_model_reported": judge_model_reported,
+        }
+        if (
+            _all_of(AskedQuestion, questions)
+            and _distinct(tuple(q.question_id for q in questions))
+            and type(state_sha256) is str
+            and _SHA256_HEX.fullmatch(state_sha256) is not None
+            and _is_optional_str(judge_model)
+            and type(judge_model_reported) is bool
+            and (judge_model is not None or not judge_model_reported)
+        ):
+            return assemble(cls, values, set(values))
+        return cls(**values)
+
+
 class MetricResultRecord(_Record):
-    """One metric's result inside an evaluation. ``reason`` is a code, never exception text."""
+    """One metric's result inside an evaluation. ``reason`` is a code, never exception text.
+
+    ``audit`` (None for a metric the judge was never sent, and for records of schema 3 and
+    earlier) holds the exact question texts, the state digest and the resolved judge model.
+    """
 
     metric_id: Text
     metric_version: Text
@@ -237,6 +341,7 @@ class MetricResultRecord(_Record):
     evidence: FrozenJson = Field(default_factory=dict, validate_default=True)
     judge_model: str | None = None
     question_ids: tuple[str, ...] = ()
+    audit: ResultAudit | None = None
 
     @model_validator(mode="after")
     def _rules(self) -> MetricResultRecord:
@@ -262,6 +367,7 @@ class MetricResultRecord(_Record):
         evidence: Any,
         judge_model: str | None,
         question_ids: tuple[str, ...],
+        audit: ResultAudit | None = None,
     ) -> MetricResultRecord:
         """The validated record, cheaply when ``evidence`` is already frozen (an engine result's).
 
@@ -277,6 +383,7 @@ class MetricResultRecord(_Record):
             and (judge_model is None or type(judge_model) is str)
             and type(question_ids) is tuple
             and all(type(qid) is str for qid in question_ids)
+            and (audit is None or type(audit) is ResultAudit)
         ):
             return assemble(
                 cls,
@@ -291,9 +398,12 @@ class MetricResultRecord(_Record):
                     "evidence": evidence,
                     "judge_model": judge_model,
                     "question_ids": question_ids,
+                    "audit": audit,
                 },
-                set(_RESULT_FIELDS),
+                set(_RESULT_FIELDS) if audit is not None else set(_UNAUDITED_FIELDS),
             )
+        # ``audit`` only when given: a record without one says so in its fields set, as ever.
+        extra = {} if audit is None else {"audit": audit}
         return cls(
             metric_id=metric_id,
             metric_version=metric_version,
@@ -305,11 +415,13 @@ class MetricResultRecord(_Record):
             evidence=evidence,
             judge_model=judge_model,
             question_ids=question_ids,
+            **extra,
         )
 
 
 _STATUS_NAMES = frozenset(get_args(StatusName))
 _RESULT_FIELDS = tuple(MetricResultRecord.model_fields)
+_UNAUDITED_FIELDS = tuple(name for name in _RESULT_FIELDS if name != "audit")
 
 
 def _result_texts_ok(
@@ -616,6 +728,8 @@ class PurgeSummary(_Record):
     """``snapshot_contents`` rows deleted (snapshots created before ``content_before``)."""
     payloads_cleared: int = Field(ge=0)
     """Dead letters received before ``content_before`` whose payload was emptied."""
+    question_texts_removed: int = Field(default=0, ge=0)
+    """Question texts deleted: no snapshot created at or after ``content_before`` asked them."""
 
 
 class Checkpoint(_Record):

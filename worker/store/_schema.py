@@ -23,11 +23,15 @@ __all__ = [
 ]
 
 Dialect = Literal["sqlite", "postgresql"]
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2 added ``sampling_tallies`` and the ``snapshots_by_rule`` index; 3 added ``content_purges``
 and the triggers that let a recorded purge (and nothing else) expire old snapshot contents and
-dead-letter payloads. Every statement is idempotent (``IF NOT EXISTS``, triggers dropped and
-re-created), so an older database is upgraded by running them all again."""
+dead-letter payloads. 4 added the audit trail of each judged result: ``question_texts`` (every
+distinct question text by its sha256), ``result_audits`` (state digest and resolved judge model
+per result) and ``result_questions`` (the digests of the questions each result asked), new tables
+only, and lets a purge expire question texts no snapshot with kept content asked. Every
+statement is idempotent (``IF NOT EXISTS``, triggers dropped and re-created), so an older
+database is upgraded by running them all again."""
 
 BYTEWISE: dict[str, str] = {"sqlite": "COLLATE BINARY", "postgresql": 'COLLATE "C"'}
 """Byte-wise text order per dialect: a prefix is then one contiguous index range, whatever the
@@ -199,6 +203,31 @@ _TABLES = (
     content_before {time} NOT NULL,
     requested_at {time} NOT NULL,
     CHECK (content_before <= requested_at))""",
+    # The audit trail of judged results (schema 4). A question's exact text is stored once per
+    # distinct text, keyed by its sha256; each result names the digests it asked, the digest of
+    # the state it sent (the state itself stays in snapshot_contents) and the resolved model.
+    # Question texts can quote content (a grounded claim), so a purge expires those that only
+    # snapshots whose content it expires asked.
+    """CREATE TABLE IF NOT EXISTS question_texts (
+    question_sha256 TEXT PRIMARY KEY,
+    text TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS result_audits (
+    evaluation_id TEXT NOT NULL REFERENCES evaluations (evaluation_id),
+    metric_id TEXT NOT NULL,
+    state_sha256 TEXT NOT NULL,
+    judge_model TEXT,
+    judge_model_reported {bool} NOT NULL,
+    PRIMARY KEY (evaluation_id, metric_id))""",
+    """CREATE TABLE IF NOT EXISTS result_questions (
+    evaluation_id TEXT NOT NULL,
+    metric_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    question_id TEXT NOT NULL,
+    question_sha256 TEXT NOT NULL,
+    PRIMARY KEY (evaluation_id, metric_id, position),
+    FOREIGN KEY (evaluation_id, metric_id) REFERENCES result_audits (evaluation_id, metric_id))""",
+    """CREATE INDEX IF NOT EXISTS result_questions_by_text
+    ON result_questions (question_sha256)""",
 )
 
 APPEND_ONLY_TABLES = (
@@ -215,13 +244,18 @@ APPEND_ONLY_TABLES = (
     "backfill_checkpoints",
     "sampling_tallies",
     "content_purges",
+    "question_texts",
+    "result_audits",
+    "result_questions",
 )
 """Every table: none of them ever sees an UPDATE or DELETE, except the retention expiry of
 ``EXPIRABLE_TABLES`` that a recorded purge allows (:meth:`Store.purge_content`)."""
 
-EXPIRABLE_TABLES = ("snapshot_contents", "dead_letters")
+EXPIRABLE_TABLES = ("snapshot_contents", "dead_letters", "question_texts")
 """Rows of ``snapshot_contents`` older than a recorded purge may be deleted; the payload of such
-``dead_letters`` may be emptied (every other column unchanged). Nothing else, ever."""
+``dead_letters`` may be emptied (every other column unchanged); a ``question_texts`` row may be
+deleted once a purge is recorded and no snapshot created at or after its horizon asked it.
+Nothing else, ever."""
 
 _HORIZON = "(SELECT max(content_before) FROM content_purges)"
 _DEAD_LETTER_KEPT = (
@@ -239,6 +273,12 @@ _DEAD_LETTER_KEPT = (
 # differ, so the null-safe comparison is written per dialect below).
 _CONTENT_EXPIRES = f"""EXISTS (SELECT 1 FROM snapshots s WHERE s.snapshot_id = OLD.snapshot_id
     AND s.created_at < {_HORIZON})"""  # noqa: S608 - a fixed fragment of our own
+# A question text outlives its content only while a snapshot whose content is kept asked it.
+_QUESTION_TEXT_EXPIRES = f"""{_HORIZON} IS NOT NULL AND NOT EXISTS (SELECT 1
+    FROM result_questions q
+    JOIN evaluations e ON e.evaluation_id = q.evaluation_id
+    JOIN snapshots s ON s.snapshot_id = e.snapshot_id
+    WHERE q.question_sha256 = OLD.question_sha256 AND s.created_at >= {_HORIZON})"""  # noqa: S608
 
 
 def _payload_expires(same: str) -> str:
@@ -275,6 +315,7 @@ $$"""
 _PG_EXPIRY = (
     _pg_expiry("snapshot_contents", "DELETE", _CONTENT_EXPIRES, "OLD"),
     _pg_expiry("dead_letters", "UPDATE", _payload_expires("IS NOT DISTINCT FROM"), "NEW"),
+    _pg_expiry("question_texts", "DELETE", _QUESTION_TEXT_EXPIRES, "OLD"),
 )
 
 
@@ -293,6 +334,7 @@ def _pg_triggers(table: str) -> tuple[str, ...]:
 _SQLITE_ALLOWED = {
     ("snapshot_contents", "DELETE"): _CONTENT_EXPIRES,
     ("dead_letters", "UPDATE"): _payload_expires("IS"),
+    ("question_texts", "DELETE"): _QUESTION_TEXT_EXPIRES,
 }
 
 

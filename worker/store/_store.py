@@ -29,10 +29,13 @@ from ._browse import (
     ResultFilter,
     ResultListRow,
     SnapshotIndex,
+    SnapshotReview,
     VerdictCount,
+    matching_snapshot_ids,
     result_list_page,
     snapshot_evaluations,
     snapshot_index,
+    snapshot_review,
     verdict_counts,
 )
 from ._errors import PermanentStoreError, TransientStoreError, translating
@@ -273,8 +276,10 @@ class Store:
     def purge_content(self, before: datetime) -> PurgeSummary:
         """Expire evaluated content older than ``before``; every record stays readable.
 
-        Deletes the ``snapshot_contents`` of snapshots created before ``before`` and empties the
-        payload of dead letters received before it (their size and sha256 stay). The horizon is
+        Deletes the ``snapshot_contents`` of snapshots created before ``before``, empties the
+        payload of dead letters received before it (their size and sha256 stay) and deletes the
+        question texts that no snapshot created at or after it asked (their digests stay in
+        every result's audit, so a record reads back with ``text=None``). The horizon is
         recorded first (``content_purges``), and the append-only triggers allow exactly these
         changes below the latest recorded horizon, nothing else. ``before`` must be
         timezone-aware and not in the future (``ValueError``). Run it as the tables' owner role.
@@ -284,7 +289,8 @@ class Store:
         now = _now()
         if before > now:
             raise ValueError("before must not be in the future")
-        return self._run(lambda tx: write_purge(tx, before.astimezone(UTC), now))
+        dialect = self._backend.dialect
+        return self._run(lambda tx: write_purge(tx, before.astimezone(UTC), now, dialect))
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -507,6 +513,20 @@ class Store:
     ) -> tuple[EvaluationLink, ...]:
         """Up to ``limit`` evaluations of one snapshot, oldest first."""
         return self._run(lambda tx: snapshot_evaluations(tx, snapshot_id, limit), write=False)
+
+    def snapshot_review(self, snapshot_id: str, limit: int = 100) -> SnapshotReview | None:
+        """A snapshot's evaluations, whole (results, audits, outcomes), in one read; or None.
+
+        Up to ``limit`` evaluations, oldest first (``more`` says whether there were others).
+        Readable after any purge: the content is not read, and an expired question text comes
+        back as ``None`` beside its digest.
+        """
+        return self._run(lambda tx: snapshot_review(tx, snapshot_id, limit), write=False)
+
+    def snapshot_ids_with_prefix(self, prefix: str, limit: int = 2) -> tuple[str, ...]:
+        """Up to ``limit`` snapshot ids starting with ``prefix`` (at least 8 lower-case hex
+        digits, else ``ValueError``), in id order: one match means the prefix is unambiguous."""
+        return self._run(lambda tx: matching_snapshot_ids(tx, prefix, limit), write=False)
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from worker.canonical_json import canonical_json, frozen_json, key_json
 
 from ._attempts import attempt_of
+from ._audit import audit_rows, expire_question_texts, insert_audit_rows, lock_for_expiry
 from ._backends import Tx
 from ._errors import PermanentStoreError
 from ._records import (
@@ -288,6 +289,7 @@ def write_evaluation(
     if not _insert_evaluation(tx, record, facts, now):
         return Written(record.evaluation_id, created=False)
     _insert_results(tx, record, facts)
+    insert_audit_rows(tx, audit_rows(record))
     _insert_criteria(tx, record)
     _link_earlier_outcomes(tx, record.evaluation_id, facts, now)
     return Written(record.evaluation_id, created=True)
@@ -420,14 +422,17 @@ _EXPIRE_PAYLOADS = """UPDATE dead_letters SET payload = :empty
 WHERE received_at < :before AND length(payload) > 0"""
 
 
-def write_purge(tx: Tx, before: datetime, now: datetime) -> PurgeSummary:
+def write_purge(tx: Tx, before: datetime, now: datetime, dialect: str) -> PurgeSummary:
     """Record the purge horizon, then expire what the triggers now allow (and only that)."""
+    lock_for_expiry(tx, dialect)  # first: before this transaction reads anything
     tx.run(_RECORD_PURGE, {"before": before, "now": now})
     removed = tx.run(_EXPIRE_CONTENTS, {"before": before})
     cleared = tx.run(_EXPIRE_PAYLOADS, {"before": before, "empty": b""})
+    texts = expire_question_texts(tx, before)
     return PurgeSummary(
         content_before=before,
         requested_at=now,
         contents_removed=max(0, removed),
         payloads_cleared=max(0, cleared),
+        question_texts_removed=texts,
     )
