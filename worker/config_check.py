@@ -22,7 +22,7 @@ __all__ = ["EXIT_INVALID", "check_configuration"]
 EXIT_INVALID = 2
 """Exit status of an invalid configuration (as every command's start)."""
 _MASK = "***"
-_URL_FIELDS = ("broker_url", "store_url", "judge_url")
+_URL_FIELDS = ("broker_url", "store_url", "judge_url", "otlp_endpoint")
 
 
 def _masked_url(url: str) -> str:

@@ -18,7 +18,9 @@ What happens to an item (one snapshot; a backfill message holds several):
   (:class:`~worker.dead_letters.DeadLetterCode`) and its raw item; its siblings go on.
 - Its snapshot already has an evaluation for this metric-set version → nothing new is written.
 - Otherwise the engine evaluates it and the store records it (idempotently: a duplicate delivery
-  racing this one writes nothing new). Records of the synthetic judge say ``synthetic``.
+  racing this one writes nothing new). Records of the synthetic judge say ``synthetic``. Once a
+  record has committed (and only when this delivery created it), its metric results go to the
+  event sink, if any, as ``gen_ai.evaluation.result`` events (:mod:`worker.otel_events`).
 - An outcome event whose ``event_id`` is already stored with other content → the stored one is
   kept, the new one becomes an ``OUTCOME_CONFLICT`` dead letter; an identical resend is a no-op.
 
@@ -58,6 +60,7 @@ from worker.dead_letters import DeadLetterCode, raw_bytes, record_dead_letter
 from worker.evaluation import Entry, Reason, Report, RequestUsage, Status, Trace
 from worker.judges import Usage
 from worker.metric_sets import MetricSet, UnknownMetricSetError, set_for_unit
+from worker.otel_events import EventSink, result_events
 from worker.runtime import FinishedEvaluation, Runtime
 from worker.store import (
     EvaluationRecord,
@@ -352,9 +355,12 @@ class _Message:
 class Handler:
     """The message path of one worker process, on its runtime's loop (see the module)."""
 
-    def __init__(self, rt: Runtime, committer: Committer | None = None) -> None:
+    def __init__(
+        self, rt: Runtime, committer: Committer | None = None, events: EventSink | None = None
+    ) -> None:
         self.rt = rt
         self.committer = committer or Committer(rt)
+        self.events = events  # gets each committed record's results (EVALQ_OTLP_ENDPOINT)
         # evaluation id -> the evaluation under way: a duplicate delivery that arrives while
         # the first is being evaluated waits for it instead of asking the judge again.
         self._under_way: dict[str, asyncio.Future[Any]] = {}
@@ -499,6 +505,19 @@ class Handler:
             return
         written = await self.committer.write(record, job.content, urgent=job.lane is Lane.LIVE)
         _observe(job, record, finished.report, written.created)
+        if written.created and self.events is not None:
+            self._emit(job, record)
+
+    def _emit(self, job: _Job, record: EvaluationRecord) -> None:
+        """The committed record's results as events; a failure here never touches the record."""
+        assert self.events is not None
+        try:
+            events = result_events(
+                job.snapshot, record, snapshot_id=job.snapshot_id, evaluation_id=job.evaluation_id
+            )
+            self.events.emit(events)
+        except Exception as exc:  # noqa: BLE001 - the record is committed; its ack must go on
+            _log.error("evaluation events failed: INTERNAL_ERROR (%s)", type(exc).__name__)
 
     # -- writing --------------------------------------------------------------------------------
 
