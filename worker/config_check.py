@@ -99,10 +99,19 @@ def _effective(settings: Settings, *, argument: bool) -> str:
     return "\n".join(lines)
 
 
+def _installed(settings: Settings) -> None:
+    """What the settings ask for is installed (``EVALQ_OTLP_ENDPOINT``: the ``otel`` extra)."""
+    if settings.otlp_endpoint is not None:
+        from worker.otel_export import require_extra  # noqa: PLC0415 - only when configured
+
+        require_extra()
+
+
 def check_configuration(file: Path | None = None) -> tuple[str, int]:
     """Validate ``file`` (else ``EVALQ_CONFIG``) and this environment: (text, exit status)."""
     try:
         settings = load_settings(config=file)
+        _installed(settings)
     except ConfigError as exc:
         count = len(exc.problems)
         head = f"configuration invalid: {count} problem{'s' if count != 1 else ''}"

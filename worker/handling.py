@@ -506,18 +506,7 @@ class Handler:
         written = await self.committer.write(record, job.content, urgent=job.lane is Lane.LIVE)
         _observe(job, record, finished.report, written.created)
         if written.created and self.events is not None:
-            self._emit(job, record)
-
-    def _emit(self, job: _Job, record: EvaluationRecord) -> None:
-        """The committed record's results as events; a failure here never touches the record."""
-        assert self.events is not None
-        try:
-            events = result_events(
-                job.snapshot, record, snapshot_id=job.snapshot_id, evaluation_id=job.evaluation_id
-            )
-            self.events.emit(events)
-        except Exception as exc:  # noqa: BLE001 - the record is committed; its ack must go on
-            _log.error("evaluation events failed: INTERNAL_ERROR (%s)", type(exc).__name__)
+            _emit(self.events, job, record)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -618,6 +607,17 @@ def _observe(job: _Job, record: EvaluationRecord, report: Report, created: bool)
         _log.info(
             "evaluation already recorded: %s (trace %s)", job.snapshot_id[:16], job.trace_label
         )
+
+
+def _emit(sink: EventSink, job: _Job, record: EvaluationRecord) -> None:
+    """The committed record's results as events; a failure here never touches the record."""
+    try:
+        events = result_events(
+            job.snapshot, record, snapshot_id=job.snapshot_id, evaluation_id=job.evaluation_id
+        )
+        sink.emit(events)
+    except Exception as exc:  # noqa: BLE001 - the record is committed; its ack must go on
+        _log.error("evaluation events failed: INTERNAL_ERROR (%s)", type(exc).__name__)
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:
