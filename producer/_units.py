@@ -277,6 +277,7 @@ def _snapshot(
         labels=extras.labels,
         slice=extras.slice,
         source=trace.source,
+        otel=trace.otel,
     )
 
 

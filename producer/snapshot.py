@@ -3,6 +3,8 @@
 Both sides import this module; it imports neither Celery nor the store. A :class:`Snapshot` is an
 immutable, content-addressed cut of one agent trace at an evidence-window cutoff:
 ``snapshot_id = sha256(canonical JSON)``, so the same content gives the same id on any machine.
+Provenance fields (:data:`PROVENANCE_FIELDS`: where the snapshot came from, never evidence) are
+left out of the wire form while unset, so a snapshot without them keeps the id it always had.
 The queue topology (lanes, exchange, task names, headers) is :mod:`producer.topology`'s,
 re-exported here.
 
@@ -28,6 +30,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     WrapSerializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -59,6 +62,7 @@ __all__ = [
     "MAX_BATCH_ITEMS",
     "MAX_ITEM_BYTES",
     "OUTCOME_TASK",
+    "PROVENANCE_FIELDS",
     "REEVALUATE_TASK",
     "SCHEMA_VERSION",
     "TALLY_TASK",
@@ -68,6 +72,7 @@ __all__ = [
     "EventType",
     "GoldLabel",
     "Lane",
+    "OtelRef",
     "OutcomeEvent",
     "Reevaluation",
     "Sampling",
@@ -199,6 +204,46 @@ class Sampling(Contract):
         return self
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def _otel_id(value: str, size: int) -> str:
+    if len(value) != size * 2 or not set(value) <= _HEX or set(value) == {"0"}:
+        raise ValueError(f"expected {size * 2} lowercase hex digits, not all zero")
+    return value
+
+
+class OtelRef(Contract):
+    """Where an OpenTelemetry-imported snapshot came from: its trace and the evaluated span.
+
+    ``trace_id`` (32 lowercase hex digits) is the OTel trace id, ``span_id`` (16) the
+    invocation's root span (the span without a parent; for a trace whose root never arrived, the
+    one missing parent its top spans share). Provenance, not evidence: the worker only uses it to
+    parent the ``gen_ai.evaluation.result`` events it emits (docs/otel-events.md).
+    """
+
+    trace_id: str
+    span_id: str
+
+    @field_validator("trace_id")
+    @classmethod
+    def _trace_id(cls, value: str) -> str:
+        return _otel_id(value, 16)
+
+    @field_validator("span_id")
+    @classmethod
+    def _span_id(cls, value: str) -> str:
+        return _otel_id(value, 8)
+
+
+PROVENANCE_FIELDS: Final = ("otel",)
+"""Snapshot fields that say where a snapshot came from and are never evidence.
+
+Left out of the wire form (and so of the content hash) while unset. The evaluation never reads
+them: two snapshots that differ only here are evaluated alike.
+"""
+
+
 class Snapshot(Contract):
     """An immutable trace snapshot cut at an evidence-window cutoff."""
 
@@ -222,8 +267,17 @@ class Snapshot(Contract):
     metric_set: str = "agent"
     redaction: str | None = None
     source: str | None = None
+    otel: OtelRef | None = None
 
     _id: str | None = PrivateAttr(default=None)
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_provenance(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        for name in PROVENANCE_FIELDS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @field_validator("trace_id")
     @classmethod

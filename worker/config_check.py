@@ -30,7 +30,7 @@ __all__ = ["EXIT_INVALID", "check_configuration"]
 EXIT_INVALID = 2
 """Exit status of an invalid configuration (as every command's start)."""
 _MASK = "***"
-_URL_FIELDS = ("broker_url", "store_url", "judge_url")
+_URL_FIELDS = ("broker_url", "store_url", "judge_url", "otlp_endpoint")
 
 
 def _masked_url(url: str) -> str:
@@ -120,10 +120,19 @@ def _retry_line(settings: Settings) -> str:
     )
 
 
+def _installed(settings: Settings) -> None:
+    """What the settings ask for is installed (``EVALQ_OTLP_ENDPOINT``: the ``otel`` extra)."""
+    if settings.otlp_endpoint is not None:
+        from worker.otel_export import require_extra  # noqa: PLC0415 - only when configured
+
+        require_extra()
+
+
 def check_configuration(file: Path | None = None) -> tuple[str, int]:
     """Validate ``file`` (else ``EVALQ_CONFIG``) and this environment: (text, exit status)."""
     try:
         settings = load_settings(config=file)
+        _installed(settings)
     except ConfigError as exc:
         count = len(exc.problems)
         head = f"configuration invalid: {count} problem{'s' if count != 1 else ''}"

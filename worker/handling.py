@@ -23,7 +23,9 @@ What happens to an item (one snapshot; a backfill message holds several):
   attempt it supersedes. A retry for another metric-set version than this worker's is evaluated
   as the first attempt of this worker's version.
 - Otherwise the engine evaluates it and the store records it (idempotently: a duplicate delivery
-  racing this one writes nothing new). Records of the synthetic judge say ``synthetic``.
+  racing this one writes nothing new). Records of the synthetic judge say ``synthetic``. Once a
+  record has committed (and only when this delivery created it), its metric results go to the
+  event sink, if any, as ``gen_ai.evaluation.result`` events (:mod:`worker.otel_events`).
 - An outcome event whose ``event_id`` is already stored with other content → the stored one is
   kept, the new one becomes an ``OUTCOME_CONFLICT`` dead letter; an identical resend is a no-op.
 
@@ -66,6 +68,7 @@ from worker.dead_letters import DeadLetterCode, raw_bytes, record_dead_letter
 from worker.evaluation import Entry, Reason, Report, RequestUsage, Status, Trace
 from worker.judges import Usage
 from worker.metric_sets import MetricSet, UnknownMetricSetError, set_for_unit
+from worker.otel_events import EventSink, result_events
 from worker.runtime import FinishedEvaluation, Runtime
 from worker.store import (
     AskedQuestion,
@@ -411,9 +414,12 @@ class _Message:
 class Handler:
     """The message path of one worker process, on its runtime's loop (see the module)."""
 
-    def __init__(self, rt: Runtime, committer: Committer | None = None) -> None:
+    def __init__(
+        self, rt: Runtime, committer: Committer | None = None, events: EventSink | None = None
+    ) -> None:
         self.rt = rt
         self.committer = committer or Committer(rt)
+        self.events = events  # gets each committed record's results (EVALQ_OTLP_ENDPOINT)
         # evaluation id -> the evaluation under way: a duplicate delivery that arrives while
         # the first is being evaluated waits for it instead of asking the judge again.
         self._under_way: dict[str, asyncio.Future[Any]] = {}
@@ -574,6 +580,8 @@ class Handler:
             return
         written = await self.committer.write(record, job.content, urgent=job.lane is Lane.LIVE)
         _observe(job, record, finished.report, written.created)
+        if written.created and self.events is not None:
+            _emit(self.events, job, record)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -675,6 +683,17 @@ def _observe(job: _Job, record: EvaluationRecord, report: Report, created: bool)
         _log.info(
             "evaluation already recorded: %s (trace %s)", job.snapshot_id[:16], job.trace_label
         )
+
+
+def _emit(sink: EventSink, job: _Job, record: EvaluationRecord) -> None:
+    """The committed record's results as events; a failure here never touches the record."""
+    try:
+        events = result_events(
+            job.snapshot, record, snapshot_id=job.snapshot_id, evaluation_id=job.evaluation_id
+        )
+        sink.emit(events)
+    except Exception as exc:  # noqa: BLE001 - the record is committed; its ack must go on
+        _log.error("evaluation events failed: INTERNAL_ERROR (%s)", type(exc).__name__)
 
 
 def _report_crash(task: asyncio.Task[None]) -> None:

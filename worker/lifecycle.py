@@ -9,6 +9,9 @@
   (:class:`~worker.consumer.Intakes`: live snapshots never wait behind a backfill's loop);
 - serves ``/metrics`` when ``EVALQ_METRICS_PORT`` is set and this process is the whole worker (a
   multi-process worker's supervisor serves its children's metrics instead);
+- with ``EVALQ_OTLP_ENDPOINT`` set, builds the process's evaluation-event exporter
+  (:mod:`worker.otel_export`), shared by its handlers; at shutdown it sends what is queued
+  (bounded) after the runtimes closed;
 - in a child of a multi-process worker, watches its parent: if the supervisor dies, the child
   shuts down warm (its held messages are finished or stay unacked for redelivery);
 - on warm shutdown (``close``, before anything else stops), waits up to the longest message's
@@ -42,6 +45,8 @@ from worker.consumer import Intake, Intakes
 from worker.halt import EXIT_CRASHED, EXIT_HALTED, Halt
 from worker.handling import Handler
 from worker.log_redaction import install_redaction
+from worker.otel_events import EventSink
+from worker.otel_export import ResultExporter
 from worker.settings import ConfigError, Settings
 from worker.store import StoreError
 
@@ -65,6 +70,7 @@ class Lifecycle(bootsteps.StartStopStep):
         self.exporter: metrics.Exporter | None = None
         self.live_runtime: runtime.Runtime | None = None
         self.halt: Halt | None = None
+        self.events: ResultExporter | None = None
 
     def create(self, c: Any) -> None:
         """Build the runtime, handler and intake of this process (before the consumer connects)."""
@@ -85,11 +91,15 @@ class Lifecycle(bootsteps.StartStopStep):
         settings: Settings = c.app.settings
         install_redaction()
         runtime.install(settings)
+        self.events = _event_exporter(settings)
         rt = runtime.current(settings)
         runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
         self.live_runtime = _live_runtime(settings, rt.halt)
-        live = None if self.live_runtime is None else Intake(Handler(self.live_runtime), c)
-        c.evalq_intake = Intakes(Intake(Handler(rt), c), live)
+        events: EventSink | None = self.events
+        live = None
+        if self.live_runtime is not None:
+            live = Intake(Handler(self.live_runtime, events=events), c)
+        c.evalq_intake = Intakes(Intake(Handler(rt, events=events), c), live)
         self.halt = rt.halt
         rt.halt.on_stop(_warm_shutdown)
         self._serve_metrics(settings)
@@ -143,6 +153,19 @@ class Lifecycle(bootsteps.StartStopStep):
         if live is not None:
             live.close()
         runtime.shutdown()
+        events, self.events = self.events, None
+        if events is not None:  # after the runtimes: every committed record has its events
+            events.shutdown()
+
+
+def _event_exporter(settings: Settings) -> ResultExporter | None:
+    """The evaluation-event exporter when ``EVALQ_OTLP_ENDPOINT`` is set (ConfigError when the
+    ``otel`` extra is missing)."""
+    if settings.otlp_endpoint is None:
+        return None
+    exporter = ResultExporter(settings.otlp_endpoint)
+    _log.info("evaluation events to %s", exporter.shown_url)
+    return exporter
 
 
 def _live_runtime(settings: Settings, halt: Halt) -> runtime.Runtime | None:

@@ -151,6 +151,7 @@ class WorkerMetrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._define_evaluation_metrics(registry)
         self._define_judge_metrics(registry)
+        self._define_event_metrics(registry)
 
     def _define_evaluation_metrics(self, registry: CollectorRegistry) -> None:
         self.evaluations = Counter(
@@ -220,6 +221,19 @@ class WorkerMetrics:
         self.judge_usage_unknown = Counter(
             "evalq_judge_usage_unknown",
             "Judge requests whose usage is unknown (no response, or usage missing).",
+            registry=registry,
+        )
+
+    def _define_event_metrics(self, registry: CollectorRegistry) -> None:
+        self.otel_events_exported = Counter(
+            "evalq_otel_events_exported",
+            "gen_ai.evaluation.result events the OTLP receiver accepted (EVALQ_OTLP_ENDPOINT).",
+            registry=registry,
+        )
+        self.otel_events_dropped = Counter(
+            "evalq_otel_events_dropped",
+            "gen_ai.evaluation.result events dropped, by reason code (worker.otel_export).",
+            ("reason",),
             registry=registry,
         )
 
@@ -316,6 +330,14 @@ class WorkerMetrics:
         """Time a message waited between publish and the start of its processing."""
         if math.isfinite(wait_s):
             self.queue_wait.labels(_bounded(lane, _LANES)).observe(max(0.0, wait_s))
+
+    def observe_otel_exported(self, count: int) -> None:
+        """``count`` evaluation events were accepted by the OTLP receiver."""
+        self.otel_events_exported.inc(count)
+
+    def observe_otel_dropped(self, reason: str, count: int) -> None:
+        """``count`` evaluation events were dropped with ``reason`` (a ``DropReason`` code)."""
+        self._child(self.otel_events_dropped, self.reason_label(reason)).inc(count)
 
 
 def _outcome(report: Report) -> str:

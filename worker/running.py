@@ -12,6 +12,7 @@ import os
 from worker.app import create_app
 from worker.auto_retry import automatic_retries
 from worker.lifecycle import PARENT_ENV
+from worker.otel_export import require_extra
 from worker.settings import ConfigError, Settings
 from worker.store import StoreError, failure_line, open_store
 from worker.supervisor import Supervisor
@@ -36,7 +37,10 @@ def worker_argv(settings: Settings, hostname: str | None = None) -> list[str]:
 
 
 def preflight(settings: Settings) -> None:
-    """Fail fast, naming ``EVALQ_STORE_URL``, when the store cannot be opened (and migrated)."""
+    """Fail fast, naming ``EVALQ_STORE_URL``, when the store cannot be opened (and migrated),
+    and naming ``EVALQ_OTLP_ENDPOINT`` when it is set without the ``otel`` extra."""
+    if settings.otlp_endpoint is not None:
+        require_extra()
     try:
         store = open_store(settings.store_url)
     except StoreError as exc:

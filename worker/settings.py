@@ -319,6 +319,9 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"
+    # OTLP/HTTP receiver of the gen_ai.evaluation.result events (worker.otel_export; the
+    # `otel` extra); unset: no events.
+    otlp_endpoint: str | None = None
 
     @field_validator("config", mode="before")
     @classmethod
@@ -376,6 +379,17 @@ class Settings(BaseSettings):
             return None
         # The judges' own rule, so a URL no judge can use fails at start, not per message.
         check_base_url(value)
+        return value
+
+    @field_validator("otlp_endpoint", mode="before")
+    @classmethod
+    def _check_otlp_endpoint(cls, value: Any) -> Any:
+        if value == "":
+            return None  # EVALQ_OTLP_ENDPOINT= (set, empty): no events
+        if isinstance(value, str):
+            parts = urlsplit(value)
+            if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+                raise ValueError("expected an http(s) URL with a host, e.g. http://collector:4318")
         return value
 
     @field_validator("log_level")

@@ -15,7 +15,15 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from producer.snapshot import Event, EventType, GoldLabel, SliceMeta, ToolRound, ToolSpec
+from producer.snapshot import (
+    Event,
+    EventType,
+    GoldLabel,
+    OtelRef,
+    SliceMeta,
+    ToolRound,
+    ToolSpec,
+)
 
 __all__ = [
     "AMBIGUOUS_CALL_ID",
@@ -299,6 +307,8 @@ class ParsedTrace:
     ``issues`` are trace-level codes (e.g. from a fields record) that every snapshot carries on
     its first event. ``not_ready`` names why the trace shows in-flight work (an unfinished run,
     an unended parent span, a response still in progress); such a trace is never snapshotted.
+    ``otel`` is the OpenTelemetry trace and root span the trace came from (OTLP importers only):
+    provenance every snapshot of the trace carries, never evidence.
     """
 
     trace_id: str
@@ -309,6 +319,7 @@ class ParsedTrace:
     extras: Extras = field(default_factory=Extras)
     not_ready: str | None = None
     issues: tuple[str, ...] = ()  # trace-level codes (no event of their own)
+    otel: OtelRef | None = None
 
 
 class EventBuilder:

@@ -26,6 +26,9 @@ A parent span missing from the file (it never ended: a crash) makes the trace in
 (``MISSING_PARENT_SPAN``); a span with no end time is in-flight work, so the trace is not
 ready. Traces with no GenAI content (capture off, non-GenAI spans) are not ready with
 ``NO_CONTENT``. Spans are ordered by start time then depth; pairing is by call id only.
+
+Every snapshot of a trace carries its OTel ids as provenance (``Snapshot.otel``): the trace id
+and the invocation's root span, so the worker's evaluation events attach to that span.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
+
+from producer.snapshot import OtelRef
 
 from ._common import (
     TRUNCATED_CONTENT,
@@ -327,7 +332,33 @@ def _trace(
         extras=Extras(session_id=session),
         not_ready=not_ready,
         issues=(MISSING_PARENT_SPAN,) if orphan else (),
+        otel=_otel_ref(key, items),
     )
+
+
+def _root_span_id(spans: list[Span]) -> str | None:
+    """The earliest span without a parent; else the one missing parent every top span names.
+
+    A trace whose root never arrived (a crash) still names its root by id in its top spans'
+    ``parentSpanId``; two different missing parents leave the root unknown (``None``).
+    """
+    roots = [s.span_id for s in spans if s.parent_id is None]  # spans are in start order
+    if roots:
+        return roots[0]
+    ids = {s.span_id for s in spans}
+    missing = {s.parent_id for s in spans if s.parent_id is not None and s.parent_id not in ids}
+    return missing.pop() if len(missing) == 1 else None
+
+
+def _otel_ref(key: str, items: _Items) -> OtelRef | None:
+    """The trace's OTel ids, when the trace has a root span id and its ids are valid OTel ids."""
+    span_id = _root_span_id(items.spans)
+    if span_id is None:
+        return None
+    try:
+        return OtelRef(trace_id=key, span_id=span_id)
+    except ValueError:  # an all-zero id: not a valid OTel id, nothing to attach events to
+        return None
 
 
 def _json_attr(attrs: Mapping[str, Any], key: str) -> tuple[Any, bool]:

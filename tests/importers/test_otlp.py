@@ -284,3 +284,37 @@ def test_openinference_anthropic_reads_the_same_detected_or_forced(
     auto = [signatures(s.events) for s in read_snapshots(path)]
     for fmt in ("otlp", "openinference"):
         assert [signatures(s.events) for s in read_snapshots(path, format=fmt)] == auto
+
+
+def test_otlp_snapshots_carry_the_trace_and_root_span_ids(traces: Path) -> None:
+    """Every OTLP snapshot names its OTel trace and the invocation's root span (no parent)."""
+    (weather,) = _by_session(traces / "otel_genai.jsonl")["conv-weather"]
+    assert weather.otel is not None
+    assert weather.otel.trace_id == weather.trace_id == "5b8aa5a2d2c872e8321cf37308d60001"
+    assert weather.otel.span_id == "1000000000000002"  # the invoke_agent span
+    for name in ("otel_legacy.jsonl", "openinference.jsonl", "openinference_anthropic.jsonl"):
+        assert all(s.otel is not None for s in read_snapshots(traces / name))
+
+
+def test_a_lost_root_is_named_by_its_childrens_parent_id(traces: Path) -> None:
+    """The crashed trace lost its agent span: the root id is the missing parent its spans name."""
+    (orphan,) = _by_session(traces / "otel_genai.jsonl")[None]
+    assert orphan.otel is not None
+    assert orphan.otel.span_id == "10000000000007d2"
+
+
+def test_two_missing_parents_leave_no_otel_ids(fixture_lines: Lines, write_jsonl: Writer) -> None:
+    """Top spans naming two different missing parents: the root is unknown, no otel ids."""
+    spans = copy.deepcopy(_spans(fixture_lines("otel_genai.jsonl"))[:4])  # the weather trace
+    for index, span in enumerate(spans):
+        span["parentSpanId"] = f"20000000000000{index:02x}"
+    (snapshot, *_) = read_snapshots(write_jsonl(_as_lines(spans, 4)))
+    assert snapshot.otel is None
+
+
+def test_otel_ids_are_provenance_not_evidence(traces: Path) -> None:
+    """The same snapshot without its otel ids projects to the same engine trace."""
+    (weather,) = _by_session(traces / "otel_genai.jsonl")["conv-weather"]
+    plain = Snapshot.model_validate({k: v for k, v in weather.wire().items() if k != "otel"})
+    assert plain.otel is None
+    assert plain.trace() == weather.trace()
