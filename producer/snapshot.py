@@ -2,7 +2,11 @@
 
 Both sides import this module; it imports neither Celery nor the store. A :class:`Snapshot` is an
 immutable, content-addressed cut of one agent trace at an evidence-window cutoff:
-``snapshot_id = sha256(canonical JSON)``, so the same content gives the same id on any machine.
+``snapshot_id = sha256(canonical JSON of what is evaluated)`` (:func:`content_id`), so the same
+content gives the same id on any machine, however it was sent. How it was sent — the
+``sampling`` facts (lane, rate, weight, rule: ``backfill:<id>`` for a backfill) and the
+``source`` importer name — are :data:`PROVENANCE_FIELDS`: carried on the wire and kept by the
+store beside the snapshot (one send record per delivered message), never part of the id.
 The queue topology (lanes, exchange, task names, headers) is :mod:`producer.topology`'s,
 re-exported here.
 
@@ -57,6 +61,7 @@ __all__ = [
     "MAX_BATCH_ITEMS",
     "MAX_ITEM_BYTES",
     "OUTCOME_TASK",
+    "PROVENANCE_FIELDS",
     "SCHEMA_VERSION",
     "TALLY_TASK",
     "TASK_LANES",
@@ -79,9 +84,29 @@ __all__ = [
     "Window",
     "WindowRule",
     "WindowViolation",
+    "content_id",
 ]
 
 SCHEMA_VERSION: Final = 1
+
+PROVENANCE_FIELDS: Final = frozenset({"sampling", "source"})
+"""Top-level snapshot fields that say how a unit was sent or read, not what is evaluated.
+
+:func:`content_id` leaves them out, so the same unit sent live and under any number of backfill
+ids (or read by another importer into the same events) is one snapshot, evaluated once.
+Everything else — trace and session ids, unit, window, events, tools (the catalog), tool rounds,
+evidence fields, labels, slice, issues, metric set and redaction — is part of the id.
+"""
+
+
+def content_id(wire: Mapping[str, Any]) -> str:
+    """The snapshot id of a wire dict: sha256 hex of the canonical JSON of its evaluated fields.
+
+    The one definition of the id, shared by :attr:`Snapshot.snapshot_id` and the store (which
+    re-hashes what it reads back). :data:`PROVENANCE_FIELDS` are left out.
+    """
+    evaluated = {k: v for k, v in wire.items() if k not in PROVENANCE_FIELDS}
+    return hashlib.sha256(canonical_json(evaluated).encode("utf-8")).hexdigest()
 
 
 class WindowViolation(ValueError):
@@ -177,7 +202,11 @@ class SliceMeta(Contract):
 
 
 class Sampling(Contract):
-    """How this snapshot was sampled: lane, rate in (0, 1], weight (1/rate), rule name."""
+    """How this snapshot was sampled: lane, rate in (0, 1], weight (1/rate), rule name.
+
+    Provenance of one send, not part of :attr:`Snapshot.snapshot_id`: the store keeps each
+    delivered send's sampling in its ``sends`` records.
+    """
 
     lane: Lane = Lane.LIVE
     rate: float = 1.0
@@ -227,10 +256,12 @@ class Snapshot(Contract):
 
     @property
     def snapshot_id(self) -> str:
-        """sha256 hex of the canonical JSON; identical content gives the identical id."""
+        """:func:`content_id` of the wire form: identical evaluated content, identical id.
+
+        Provenance (``sampling``, ``source``) does not change it: :data:`PROVENANCE_FIELDS`.
+        """
         if self._id is None:
-            digest = hashlib.sha256(canonical_json(self.wire()).encode("utf-8")).hexdigest()
-            object.__setattr__(self, "_id", digest)
+            object.__setattr__(self, "_id", content_id(self.wire()))
         return self._id  # type: ignore[return-value]
 
     def model_copy(
@@ -244,7 +275,7 @@ class Snapshot(Contract):
         return copied
 
     def wire(self) -> dict[str, Any]:
-        """Plain JSON-mode dict (what goes on the queue and into the content hash)."""
+        """Plain JSON-mode dict (what goes on the queue; less provenance, the content hash)."""
         return self.model_dump(mode="json")
 
     def check_window(self) -> None:

@@ -16,7 +16,11 @@ What happens to an item (one snapshot; a backfill message holds several):
 
 - It does not decode or validate → a dead-letter record with a reason code
   (:class:`~worker.dead_letters.DeadLetterCode`) and its raw item; its siblings go on.
-- Its snapshot already has an evaluation for this metric-set version → nothing new is written.
+- Every accepted item records a *send* (its lane, sampling and rule: provenance kept beside the
+  content-addressed snapshot), keyed by (message id, snapshot id), so a redelivered message adds
+  none and a unit sent live and under two backfill ids has three. Written in one transaction per
+  message, alongside the evaluation, and also when the evaluation already exists.
+- Its snapshot already has an evaluation for this metric-set version → no evaluation is written.
 - Otherwise the engine evaluates it and the store records it (idempotently: a duplicate delivery
   racing this one writes nothing new). Records of the synthetic judge say ``synthetic``.
 - An outcome event whose ``event_id`` is already stored with other content → the stored one is
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -63,6 +68,7 @@ from worker.store import (
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
+    SendRecord,
     SnapshotText,
     StoreError,
     TallyRecord,
@@ -110,6 +116,8 @@ class Delivery:
     ``args``/``kwargs`` are the task's arguments (``None`` when the consumer already refused the
     message: then ``refused`` holds the code). ``raw`` is the message body as it came, kept by a
     dead letter. ``enqueued_at`` is the producer's publish stamp (unix seconds), if any.
+    ``message_id`` is the broker message's task id (the same on a redelivery); without one, a
+    hash of ``raw`` names the message (:attr:`send_id`).
     """
 
     task: str | None
@@ -119,6 +127,14 @@ class Delivery:
     raw: bytes
     enqueued_at: float | None = None
     refused: DeadLetterCode | None = None
+    message_id: str | None = None
+
+    @property
+    def send_id(self) -> str:
+        """What names this message in its sends: the task id, else ``body:`` + sha256(raw)."""
+        if self.message_id is not None:
+            return self.message_id
+        return "body:" + hashlib.sha256(self.raw).hexdigest()
 
     @classmethod
     def refusal(
@@ -414,6 +430,13 @@ class Handler:
                     "item refused: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__
                 )
                 self._dead_letter(message, DeadLetterCode.INTERNAL_ERROR, raw_bytes(item))
+        if message.jobs:
+            send_id = message.delivery.send_id
+            sends = [
+                SendRecord.of(j.snapshot_id, j.content.meta, send_id, j.lane.value)
+                for j in message.jobs
+            ]
+            message.writes.append(self._write_later(self.rt.store.record_sends, sends))
 
     def _job(self, item: Any, lane: Lane | None) -> _Job:
         """Decode, check the window and resolve the metric set (``RefusedError`` with a code)."""

@@ -15,6 +15,7 @@ from worker.store import (
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
+    SendRecord,
     SnapshotRecord,
     UsageRecord,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "evaluation_record",
     "outcome_record",
     "raw_connection",
+    "send_record",
     "snapshot_record",
     "wire",
 ]
@@ -62,6 +64,18 @@ def snapshot_record(
 ) -> SnapshotRecord:
     """A snapshot record for ``trace_id`` (``text`` varies the content, hence the id)."""
     return SnapshotRecord(content=wire(trace_id, unit_event_id=unit_event_id, text=text))
+
+
+def send_record(
+    snapshot: SnapshotRecord,
+    message_id: str = "message-1",
+    *,
+    rule: str | None = None,
+    lane: str | None = None,
+) -> SendRecord:
+    """A send of ``snapshot`` in ``message_id``: its own sampling, or ``rule``/``lane`` instead."""
+    send = SendRecord.of(snapshot.snapshot_id, snapshot.meta, message_id, lane)
+    return send if rule is None else send.model_copy(update={"rule": rule})
 
 
 def evaluation_record(
