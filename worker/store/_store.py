@@ -307,7 +307,8 @@ class Store:
     # --- reads -----------------------------------------------------------------------------
 
     def get_snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
-        """The snapshot's content (hash re-verified), or None."""
+        """The snapshot's content (hash re-verified; an id from before schema 4 is its whole-text
+        hash, ``SnapshotRecord.legacy_id``), or None."""
         return self._run(lambda tx: snapshot(tx, snapshot_id), write=False)
 
     def get_evaluation(self, evaluation_id: str) -> StoredEvaluation | None:
