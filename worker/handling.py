@@ -436,7 +436,11 @@ class Handler:
                 SendRecord.of(j.snapshot_id, j.content.meta, send_id, j.lane.value)
                 for j in message.jobs
             ]
-            message.writes.append(self._write_later(self.rt.store.record_sends, sends))
+            write = self._write_later(self.rt.store.record_sends, sends)
+            # Its failure is the message's (REQUEUE); retrieved here too, for the messages a
+            # failed skip-if-done read settles before their writes are gathered.
+            write.add_done_callback(_retrieve)
+            message.writes.append(write)
 
     def _job(self, item: Any, lane: Lane | None) -> _Job:
         """Decode, check the window and resolve the metric set (``RefusedError`` with a code)."""
@@ -601,6 +605,12 @@ def _verdict_of(done: asyncio.Future[list[Any]]) -> Verdict:
         else:
             _log.error("store could not record: %s; message requeued", code)
     return Verdict.REQUEUE if failures else Verdict.ACK
+
+
+def _retrieve(done: asyncio.Future[Any]) -> None:
+    """Mark a write's exception as seen (it is logged by code where the verdict is made)."""
+    if not done.cancelled():
+        done.exception()
 
 
 def _settle(verdict: asyncio.Future[Verdict], value: Verdict) -> None:
