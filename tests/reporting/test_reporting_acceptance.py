@@ -450,6 +450,9 @@ def test_report_scope_filters_select_what_sql_selects(filled: Filled) -> None:
     assert live["evaluations"] == on_live > 0
     lane_backfill = _json("report", "--json", "--lane", "backfill", **env)
     assert lane_backfill["evaluations"] == BACKFILL_UNITS
+    bad_lane = evalq("report", "--lane", "outcomes", **env)
+    assert bad_lane.returncode == 2
+    assert "--lane: unknown lane outcomes; known: live, backfill" in bad_lane.stderr
     assert backfill["sampling"] is None
 
     sliced = _json("report", "--json", "--agent-version", "v2", "--tool", "get_order", **env)
