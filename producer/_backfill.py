@@ -10,9 +10,11 @@ Choices, and why:
 
 - **Backfill id.** Deterministic from the resolved input paths and the options that change
   snapshot content (format, unit, metric set, sampler), unless given. Every snapshot records
-  ``Sampling(lane=backfill, rule="backfill:<id>")``, so re-running the same backfill produces
-  byte-identical snapshots — the same content-addressed ids — and the worker's idempotency makes
-  the duplicates harmless; and the store can count what one backfill got evaluated.
+  ``Sampling(lane=backfill, rule="backfill:<id>")``: provenance, not part of the snapshot id,
+  so re-running a backfill, another backfill id or a live send of the same unit all give the same
+  content-addressed id, and the worker's idempotency evaluates it once. The worker records each
+  send (``sends``: lane, rule, rate), so the store can still count what one backfill sent and
+  got evaluated — units evaluated before it (sent live first) included.
 - **Checkpoints.** After each batch is sent, ``store.record_checkpoint(id, source, position,
   enqueued)`` appends how far that file got. ``position`` is the ordinal of snapshots read from
   the file, not a line number: one line can hold several snapshots (``tool_call`` units, arrays)

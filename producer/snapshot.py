@@ -2,9 +2,13 @@
 
 Both sides import this module; it imports neither Celery nor the store. A :class:`Snapshot` is an
 immutable, content-addressed cut of one agent trace at an evidence-window cutoff:
-``snapshot_id = sha256(canonical JSON)``, so the same content gives the same id on any machine.
-Provenance fields (:data:`PROVENANCE_FIELDS`: where the snapshot came from, never evidence) are
-left out of the wire form while unset, so a snapshot without them keeps the id it always had.
+``snapshot_id = sha256(canonical JSON of what is evaluated)`` (:func:`content_id`), so the same
+content gives the same id on any machine, however it was sent. How it was sent — the
+``sampling`` facts (lane, rate, weight, rule: ``backfill:<id>`` for a backfill) and the
+``source`` importer name — are :data:`PROVENANCE_FIELDS`: carried on the wire and kept by the
+store beside the snapshot (one send record per delivered message), never part of the id.
+The OTel trace and root-span ids (``otel``) are provenance too, and left out of the wire form
+while unset.
 The queue topology (lanes, exchange, task names, headers) is :mod:`producer.topology`'s,
 re-exported here.
 
@@ -88,9 +92,29 @@ __all__ = [
     "Window",
     "WindowRule",
     "WindowViolation",
+    "content_id",
 ]
 
 SCHEMA_VERSION: Final = 1
+
+PROVENANCE_FIELDS: Final = frozenset({"sampling", "source", "otel"})
+"""Top-level snapshot fields that say how a unit was sent or read, not what is evaluated.
+
+:func:`content_id` leaves them out, so the same unit sent live and under any number of backfill
+ids (or read by another importer into the same events) is one snapshot, evaluated once.
+Everything else — trace and session ids, unit, window, events, tools (the catalog), tool rounds,
+evidence fields, labels, slice, issues, metric set and redaction — is part of the id.
+"""
+
+
+def content_id(wire: Mapping[str, Any]) -> str:
+    """The snapshot id of a wire dict: sha256 hex of the canonical JSON of its evaluated fields.
+
+    The one definition of the id, shared by :attr:`Snapshot.snapshot_id` and the store (which
+    re-hashes what it reads back). :data:`PROVENANCE_FIELDS` are left out.
+    """
+    evaluated = {k: v for k, v in wire.items() if k not in PROVENANCE_FIELDS}
+    return hashlib.sha256(canonical_json(evaluated).encode("utf-8")).hexdigest()
 
 
 class WindowViolation(ValueError):
@@ -189,7 +213,11 @@ class SliceMeta(Contract):
 
 
 class Sampling(Contract):
-    """How this snapshot was sampled: lane, rate in (0, 1], weight (1/rate), rule name."""
+    """How this snapshot was sampled: lane, rate in (0, 1], weight (1/rate), rule name.
+
+    Provenance of one send, not part of :attr:`Snapshot.snapshot_id`: the store keeps each
+    delivered send's sampling in its ``sends`` records.
+    """
 
     lane: Lane = Lane.LIVE
     rate: float = 1.0
@@ -236,12 +264,9 @@ class OtelRef(Contract):
         return _otel_id(value, 8)
 
 
-PROVENANCE_FIELDS: Final = ("otel",)
-"""Snapshot fields that say where a snapshot came from and are never evidence.
-
-Left out of the wire form (and so of the content hash) while unset. The evaluation never reads
-them: two snapshots that differ only here are evaluated alike.
-"""
+_OMITTED_WHEN_UNSET: Final = ("otel",)
+"""Provenance added after the wire contract's first version: left out of the wire form while
+unset, so a worker that predates it still accepts every snapshot that does not use it."""
 
 
 class Snapshot(Contract):
@@ -274,7 +299,7 @@ class Snapshot(Contract):
     @model_serializer(mode="wrap")
     def _omit_unset_provenance(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
-        for name in PROVENANCE_FIELDS:
+        for name in _OMITTED_WHEN_UNSET:
             if data.get(name) is None:
                 data.pop(name, None)
         return data
@@ -288,10 +313,13 @@ class Snapshot(Contract):
 
     @property
     def snapshot_id(self) -> str:
-        """sha256 hex of the canonical JSON; identical content gives the identical id."""
+        """:func:`content_id` of the wire form: identical evaluated content, identical id.
+
+        Provenance (``sampling``, ``source``, ``otel``: :data:`PROVENANCE_FIELDS`) does not
+        change it.
+        """
         if self._id is None:
-            digest = hashlib.sha256(canonical_json(self.wire()).encode("utf-8")).hexdigest()
-            object.__setattr__(self, "_id", digest)
+            object.__setattr__(self, "_id", content_id(self.wire()))
         return self._id  # type: ignore[return-value]
 
     def model_copy(
@@ -305,7 +333,7 @@ class Snapshot(Contract):
         return copied
 
     def wire(self) -> dict[str, Any]:
-        """Plain JSON-mode dict (what goes on the queue and into the content hash)."""
+        """Plain JSON-mode dict (what goes on the queue; less provenance, the content hash)."""
         return self.model_dump(mode="json")
 
     def check_window(self) -> None:

@@ -172,7 +172,8 @@ class Committer:
                 try:
                     return await attempt()
                 except TransientStoreError as exc:
-                    _log.warning("store unavailable (%s); holding the writes", exc.code)
+                    if self._worth_holding(exc):  # a replaced file is never held: it halts
+                        _log.warning("store unavailable (%s); holding the writes", exc.code)
                     raise
         raise AssertionError("unreachable: stamina either returns or raises")
 

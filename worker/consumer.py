@@ -89,6 +89,12 @@ def _enqueued_at(headers: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _message_id(headers: Mapping[str, Any]) -> str | None:
+    """Protocol 2's task id: the same on every redelivery of one published message."""
+    task_id = headers.get("id")
+    return task_id if isinstance(task_id, str) and task_id.strip() else None
+
+
 def _arguments(message: Message) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Protocol 2's ``[args, kwargs, embed]`` body (ValueError if it is not that shape)."""
     body = message.decode()
@@ -122,7 +128,10 @@ def delivery_of(message: Message) -> Delivery:
         code = DeadLetterCode.UNDECODABLE if undecodable else DeadLetterCode.INVALID_MESSAGE
         return _refused(message, code, task)
     lane = lane_of_queue(_queue(message))
-    return Delivery(task, args, kwargs, lane, _raw_body(message), _enqueued_at(headers))
+    raw = _raw_body(message)
+    return Delivery(
+        task, args, kwargs, lane, raw, _enqueued_at(headers), message_id=_message_id(headers)
+    )
 
 
 def _schedule_code(headers: Mapping[str, Any]) -> DeadLetterCode | None:

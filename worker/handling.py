@@ -16,7 +16,12 @@ What happens to an item (one snapshot; a backfill message holds several):
 
 - It does not decode or validate → a dead-letter record with a reason code
   (:class:`~worker.dead_letters.DeadLetterCode`) and its raw item; its siblings go on.
-- Its snapshot already has an evaluation for this metric-set version → nothing new is written.
+- Every accepted item records a *send* (its lane, sampling and rule: provenance kept beside the
+  content-addressed snapshot), keyed by (message id, snapshot id), so a redelivered message adds
+  none and a unit sent live and under two backfill ids has three. Written in one transaction per
+  message, alongside the evaluation, and also when the evaluation already exists. A retry item
+  records none: it re-evaluates a unit that was sent, it is not a send.
+- Its snapshot already has an evaluation for this metric-set version → no evaluation is written.
 - A retry (``evalq.reevaluate``: a snapshot and the attempt N it is to be) is the same, for
   attempt N: its evaluation id is ``(snapshot, version, "attempt:N")``'s, so skip-if-done looks
   for that attempt and a redelivered retry writes nothing new; the new record links to the
@@ -37,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -76,6 +82,7 @@ from worker.store import (
     MetricResultRecord,
     OutcomeRecord,
     ResultAudit,
+    SendRecord,
     SnapshotText,
     StoreError,
     TallyRecord,
@@ -125,6 +132,8 @@ class Delivery:
     ``args``/``kwargs`` are the task's arguments (``None`` when the consumer already refused the
     message: then ``refused`` holds the code). ``raw`` is the message body as it came, kept by a
     dead letter. ``enqueued_at`` is the producer's publish stamp (unix seconds), if any.
+    ``message_id`` is the broker message's task id (the same on a redelivery); without one, a
+    hash of ``raw`` names the message (:attr:`send_id`).
     """
 
     task: str | None
@@ -134,6 +143,14 @@ class Delivery:
     raw: bytes
     enqueued_at: float | None = None
     refused: DeadLetterCode | None = None
+    message_id: str | None = None
+
+    @property
+    def send_id(self) -> str:
+        """What names this message in its sends: the task id, else ``body:`` + sha256(raw)."""
+        if self.message_id is not None:
+            return self.message_id
+        return "body:" + hashlib.sha256(self.raw).hexdigest()
 
     @classmethod
     def refusal(
@@ -482,6 +499,19 @@ class Handler:
                     "item refused: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__
                 )
                 self._dead_letter(message, DeadLetterCode.INTERNAL_ERROR, raw_bytes(item))
+        # A retry re-evaluates a unit already sent; it is no send of its own (reports would
+        # count it as a duplicate send).
+        if message.jobs and not retry:
+            send_id = message.delivery.send_id
+            sends = [
+                SendRecord.of(j.snapshot_id, j.content.meta, send_id, j.lane.value)
+                for j in message.jobs
+            ]
+            write = self._write_later(self.rt.store.record_sends, sends)
+            # Its failure is the message's (REQUEUE); retrieved here too, for the messages a
+            # failed skip-if-done read settles before their writes are gathered.
+            write.add_done_callback(_retrieve)
+            message.writes.append(write)
 
     def _job(self, item: Any, lane: Lane | None) -> _Job:
         """Decode, check the window and resolve the metric set (``RefusedError`` with a code)."""
@@ -661,6 +691,12 @@ def _verdict_of(done: asyncio.Future[list[Any]]) -> Verdict:
         else:
             _log.error("store could not record: %s; message requeued", code)
     return Verdict.REQUEUE if failures else Verdict.ACK
+
+
+def _retrieve(done: asyncio.Future[Any]) -> None:
+    """Mark a write's exception as seen (it is logged by code where the verdict is made)."""
+    if not done.cancelled():
+        done.exception()
 
 
 def _settle(verdict: asyncio.Future[Verdict], value: Verdict) -> None:

@@ -32,7 +32,9 @@ def _handle(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
     """Run one message through the handler on this process's runtime."""
     rt = runtime.current(getattr(task.app, "settings", None))
     raw = raw_bytes([list(args), kwargs])
-    delivery = Delivery(task.name, args, kwargs, lane=None, raw=raw)
+    task_id = getattr(task.request, "id", None)
+    message_id = task_id if isinstance(task_id, str) and task_id else None
+    delivery = Delivery(task.name, args, kwargs, lane=None, raw=raw, message_id=message_id)
     (verdict,) = rt.call(Handler(rt).handle([delivery]), timeout_s=rt.settings.longest_task_s)
     if verdict is Verdict.REQUEUE:
         raise Reject("STORE_UNAVAILABLE", requeue=True)

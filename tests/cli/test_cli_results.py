@@ -95,3 +95,23 @@ def test_a_missing_sqlite_store_is_refused_not_created(tmp_path: Path) -> None:
     assert done.exit_code == 2
     assert "NO_STORE" in done.output
     assert not where.exists()
+
+
+def test_a_rerun_supersedes_the_earlier_results_unless_superseded_is_asked(
+    any_store_url: str,
+) -> None:
+    """Each unit's newest evaluation per version is listed; --superseded lists the older too."""
+    with open_store(any_store_url) as store:
+        snapshot = snapshot_record("t-rerun", unit_event_id="u-r")
+        first = evaluation_record(snapshot.snapshot_id, score=0.1)
+        store.record_evaluation(first, snapshot)
+        second = evaluation_record(snapshot.snapshot_id, run="attempt-2", score=0.95)
+        store.record_evaluation(second)
+    done = _run(any_store_url, "--json", "--status", "DECIDED")  # groundedness only
+    assert done.exit_code == 0, done.output
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["evaluation_id"], r["passed"]) for r in rows] == [(second.evaluation_id, True)]
+    every = _run(any_store_url, "--json", "--status", "DECIDED", "--superseded")
+    assert every.exit_code == 0, every.output
+    listed = [json.loads(line)["evaluation_id"] for line in every.stdout.splitlines()]
+    assert listed == [second.evaluation_id, first.evaluation_id]

@@ -110,8 +110,9 @@ def test_first_matching_slice_rule_wins_and_default_applies_otherwise() -> None:
     assert sampler.rule_for(make_snapshot("t4", agent_version="v1")).name == "default"
 
 
-def test_sampled_snapshot_records_rate_weight_rule_lane_and_gets_a_fresh_id() -> None:
-    """A kept snapshot carries Sampling(lane, rate, weight=1/rate, rule); its id is recomputed."""
+def test_sampled_snapshot_records_rate_weight_rule_lane_and_keeps_its_id() -> None:
+    """A kept snapshot carries Sampling(lane, rate, weight=1/rate, rule); sampling is
+    provenance, so its id is the unsampled snapshot's."""
     sampler = Sampler([SamplingRule(name="v2", rate=0.25, agent_version="v2")], lane=Lane.LIVE)
     ids = [t for t in _trace_ids(200) if unit_value(t) < 0.25]
     original = make_snapshot(ids[0], agent_version="v2")
@@ -119,8 +120,9 @@ def test_sampled_snapshot_records_rate_weight_rule_lane_and_gets_a_fresh_id() ->
     kept = sampler.sample(original)
     assert kept is not None
     assert kept.sampling == Sampling(lane=Lane.LIVE, rate=0.25, weight=4.0, rule="v2")
-    assert kept.snapshot_id != old_id
+    assert kept.snapshot_id == old_id
     assert kept.snapshot_id == type(kept).model_validate(kept.wire()).snapshot_id
+    assert kept.wire() != original.wire()  # the sampling facts still travel with it
 
 
 def test_tally_counts_seen_and_sampled_out_per_rule_and_slice() -> None:

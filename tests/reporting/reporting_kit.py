@@ -37,6 +37,7 @@ from worker.store import Store, open_store
 
 __all__ = [
     "BACKFILL_ID",
+    "BACKFILL_UNITS",
     "EVALQ",
     "Filled",
     "evalq",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 BACKFILL_ID = "bf-reporting"
+BACKFILL_UNITS = 4
+"""Units the backfill sends: the shipped examples, which the live lane sent first."""
 EVALQ = Path(sys.executable).with_name("evalq")
 _BASES = ("order-42", "refund-ungrounded", "care-no-tools", "store-hours-grounded")
 
@@ -138,6 +141,8 @@ def _backfill(producer: Producer, store: Store) -> None:
 def _complete(store: Store, expected: int, links: int) -> bool:
     if store.count_evaluations() < expected or not store.open_dead_letter_counts():
         return False
+    if store.backfill_counts(BACKFILL_ID)[0] < BACKFILL_UNITS:  # its sends, of units sent live
+        return False
     if not store.sampled_out_counts():
         return False
     return sum(1 for _ in store.iter_linked_outcomes()) >= links
@@ -161,7 +166,8 @@ def fill(broker_url: str, workdir: Path) -> Iterator[Filled]:
             _outcomes(producer, traces)
             _backfill(producer, store)
             producer.send_raw(EVALUATE_TASK, {"schema_version": 1, "bogus": True}, lane=Lane.LIVE)
-            expected = len(live) + len(labelled) + 4
+            # The backfill re-sends the live examples: the same snapshots, so no new evaluation.
+            expected = len(live) + len(labelled)
             wait_until(lambda: _complete(store, expected, len(traces)), 60, "the filled store")
         yield Filled(
             broker_url=broker_url,

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tests.reporting.chromium_kit import open_chromium
-from tests.reporting.reporting_kit import BACKFILL_ID, Filled, evalq, query
+from tests.reporting.reporting_kit import BACKFILL_ID, BACKFILL_UNITS, Filled, evalq, query
 from worker.reporting import PLOT_IDS
 
 pytestmark = pytest.mark.services
@@ -94,8 +94,8 @@ def test_status_json_matches_redis_and_the_store(filled: Filled) -> None:
     )[0]
     (evaluated,) = query(
         db,
-        """SELECT COUNT(DISTINCT e.snapshot_id) FROM evaluations e JOIN snapshots s
-        ON s.snapshot_id = e.snapshot_id WHERE s.sampling_rule = ? OR s.sampling_rule LIKE ?""",
+        """SELECT COUNT(DISTINCT e.snapshot_id) FROM evaluations e WHERE e.snapshot_id IN
+        (SELECT d.snapshot_id FROM sends d WHERE d.rule = ? OR d.rule LIKE ?)""",
         [f"backfill:{BACKFILL_ID}", f"backfill:{BACKFILL_ID}/%"],
     )[0]
     (backfill,) = data["backfills"]
@@ -404,7 +404,12 @@ def test_report_json_matches_the_store(filled: Filled) -> None:
     (snapshots,) = query(db, "SELECT COUNT(*) FROM snapshots")[0]
     (evaluations,) = query(db, "SELECT COUNT(*) FROM evaluations")[0]
     assert (data["snapshots"], data["evaluations"]) == (snapshots, evaluations)
-    assert evaluations == len(filled.live_ids) + len(filled.labelled_ids) + 4
+    # The backfill re-sent the live examples: one evaluation per unit, the re-sends as sends.
+    assert evaluations == len(filled.live_ids) + len(filled.labelled_ids)
+    (sends,) = query(db, "SELECT COUNT(*) FROM sends")[0]
+    assert (data["sends"], data["duplicate_sends"]) == (sends, sends - snapshots)
+    assert data["duplicate_sends"] >= BACKFILL_UNITS
+    assert data["superseded_evaluations"] == 0
     assert {
         m: {k: v[k] for k in ("by_status", "by_reason")} for m, v in data["metrics"].items()
     } == (_metric_counts(db))
@@ -431,11 +436,23 @@ def test_report_scope_filters_select_what_sql_selects(filled: Filled) -> None:
     backfill = _json("report", "--json", "--backfill", BACKFILL_ID, **env)
     (in_backfill,) = query(
         db,
-        """SELECT COUNT(*) FROM evaluations e JOIN snapshots s ON s.snapshot_id = e.snapshot_id
-        WHERE s.sampling_rule = ? OR s.sampling_rule LIKE ?""",
+        """SELECT COUNT(*) FROM evaluations e WHERE e.snapshot_id IN
+        (SELECT d.snapshot_id FROM sends d WHERE d.rule = ? OR d.rule LIKE ?)""",
         [f"backfill:{BACKFILL_ID}", f"backfill:{BACKFILL_ID}/%"],
     )[0]
-    assert backfill["evaluations"] == in_backfill == 4
+    assert backfill["evaluations"] == in_backfill == BACKFILL_UNITS
+    live = _json("report", "--json", "--lane", "live", **env)
+    (on_live,) = query(
+        db,
+        """SELECT COUNT(*) FROM evaluations e WHERE e.snapshot_id IN
+        (SELECT d.snapshot_id FROM sends d WHERE d.lane = 'live')""",
+    )[0]
+    assert live["evaluations"] == on_live > 0
+    lane_backfill = _json("report", "--json", "--lane", "backfill", **env)
+    assert lane_backfill["evaluations"] == BACKFILL_UNITS
+    bad_lane = evalq("report", "--lane", "outcomes", **env)
+    assert bad_lane.returncode == 2
+    assert "--lane: unknown lane outcomes; known: live, backfill" in bad_lane.stderr
     assert backfill["sampling"] is None
 
     sliced = _json("report", "--json", "--agent-version", "v2", "--tool", "get_order", **env)

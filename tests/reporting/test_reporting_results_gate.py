@@ -143,7 +143,7 @@ def _gate_line(output: str, metric_id: str) -> str:
 def test_fail_under_passes_at_the_lower_bound_and_fails_above_it(filled: Filled) -> None:
     """The gate line shows the lower bound SQL gives; exit 0 at it, 3 just above it."""
     lower, coverage = _weighted_lower(filled.db_path, "used_tool_result")
-    floor = f"{coverage:.6f}"
+    floor = f"{math.floor(coverage * 1e6) / 1e6:.6f}"  # rounded down: never above the coverage
     at = evalq(
         "report",
         "--fail-under",
@@ -187,9 +187,8 @@ def test_fail_under_fails_a_metric_with_too_little_coverage(filled: Filled) -> N
     assert low.returncode == 3, low.stdout + low.stderr
     line = _gate_line(low.stdout, "grounded")
     assert f"coverage {coverage:.3f}: FAIL (LOW_COVERAGE: coverage under --min-coverage" in line
-    ok = evalq(
-        "report", "--fail-under", "grounded=0", "--min-coverage", f"{coverage:.6f}", **filled.env()
-    )
+    floor = f"{math.floor(coverage * 1e6) / 1e6:.6f}"  # rounded down: never above the coverage
+    ok = evalq("report", "--fail-under", "grounded=0", "--min-coverage", floor, **filled.env())
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 

@@ -20,6 +20,7 @@ from worker.store import (
     MetricResultRecord,
     OutcomeRecord,
     ResultAudit,
+    SendRecord,
     SnapshotRecord,
     UsageRecord,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "evaluation_record",
     "outcome_record",
     "raw_connection",
+    "send_record",
     "snapshot_record",
     "twin_snapshots",
     "wire",
@@ -93,6 +95,18 @@ def twin_snapshots() -> tuple[SnapshotRecord, SnapshotRecord]:
             return snapshot_record(text=seen[digest[:8]]), snapshot_record(text=text)
         seen[digest[:8]] = text
         n += 1
+
+
+def send_record(
+    snapshot: SnapshotRecord,
+    message_id: str = "message-1",
+    *,
+    rule: str | None = None,
+    lane: str | None = None,
+) -> SendRecord:
+    """A send of ``snapshot`` in ``message_id``: its own sampling, or ``rule``/``lane`` instead."""
+    send = SendRecord.of(snapshot.snapshot_id, snapshot.meta, message_id, lane)
+    return send if rule is None else send.model_copy(update={"rule": rule})
 
 
 def evaluation_record(

@@ -14,6 +14,7 @@ from tests.store._store_helpers import (
     evaluation_record,
     outcome_record,
     raw_connection,
+    send_record,
     snapshot_record,
 )
 from worker.store import (
@@ -30,6 +31,7 @@ from worker.store._errors import translating
 def _fill_every_table(store: Store) -> None:
     snapshot = snapshot_record("t-fill")
     store.record_evaluation(evaluation_record(snapshot.snapshot_id, criteria=("x",)), snapshot)
+    store.record_sends([send_record(snapshot)])
     store.record_outcome(outcome_record("o-fill", "t-fill"))
     store.record_redrive(store.record_dead_letter(DeadLetterRecord(reason="BAD", payload=b"{")))
     store.record_checkpoint("backfill-1", "file.jsonl", offset=10, enqueued=3)

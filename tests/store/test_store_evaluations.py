@@ -21,12 +21,15 @@ from worker.store import (
 )
 
 
-def test_snapshot_id_is_the_hash_of_the_canonical_content() -> None:
-    """The record's id is sha256 of the canonical JSON, whatever the key order given."""
-    content = wire("t-hash")
+def test_snapshot_id_is_the_hash_of_the_canonical_evaluated_content() -> None:
+    """The record's id is sha256 of the canonical JSON less provenance, whatever the key order."""
+    content = {**wire("t-hash"), "source": "openai_chat"}
     shuffled = dict(reversed(list(content.items())))
-    expected = hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
-    assert SnapshotRecord(content=shuffled).snapshot_id == expected
+    evaluated = {k: v for k, v in content.items() if k not in ("sampling", "source")}
+    expected = hashlib.sha256(canonical_json(evaluated).encode("utf-8")).hexdigest()
+    record = SnapshotRecord(content=shuffled)
+    assert record.snapshot_id == expected
+    assert record.legacy_id == hashlib.sha256(canonical_json(content).encode()).hexdigest()
 
 
 def test_snapshot_record_agrees_with_the_producer_contract() -> None:

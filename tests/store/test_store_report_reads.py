@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.store._store_helpers import evaluation_record, outcome_record, wire
+from tests.store._store_helpers import evaluation_record, outcome_record, send_record, wire
 from worker.store import DeadLetterRecord, RecordScope, SnapshotRecord, Store
 
 
@@ -32,6 +32,7 @@ def _record(store: Store, snapshot: SnapshotRecord, version: str = "agent@1") ->
     written = store.record_evaluation(
         evaluation_record(snapshot.snapshot_id, version=version), snapshot
     )
+    store.record_sends([send_record(snapshot, f"message-{written.id}")])  # as a worker does
     return written.id
 
 

@@ -11,6 +11,7 @@ from tests.store._store_helpers import (
     dump_tables,
     evaluation_record,
     raw_connection,
+    send_record,
     wire,
 )
 from worker.store import (
@@ -156,11 +157,24 @@ def test_backfill_counts_evaluated_and_failed_snapshots_of_one_backfill(store: S
     store.put_snapshot(_snapshot("g", "backfill:bf-1"))  # not evaluated yet
     clean = _snapshot("h", "backfill:bf-1/default")
     store.record_evaluation(_clean_evaluation(clean.snapshot_id), clean)
+    everything = [*mine, *others, _snapshot("g", "backfill:bf-1"), clean]
+    store.record_sends([send_record(s, f"m-{n}") for n, s in enumerate(everything)])
     # A re-evaluation under a new metric-set version is still one snapshot evaluated.
     store.record_evaluation(evaluation_record(mine[0].snapshot_id, version="agent@2"))
     assert store.backfill_counts("bf-1") == (4, 3)
     assert store.backfill_counts("bf-10") == (1, 1)
     assert store.backfill_counts("unknown") == (0, 0)
+
+
+def test_backfill_counts_find_units_sent_live_first(store: Store) -> None:
+    """A unit evaluated from a live send counts for a backfill that sent it again later."""
+    live = SnapshotRecord(content=wire("t-live"))
+    store.record_evaluation(evaluation_record(live.snapshot_id), live)
+    store.record_sends([send_record(live, "live-message")])
+    assert store.backfill_counts("bf-late") == (0, 0)
+    store.record_sends([send_record(live, "bf-message", rule="backfill:bf-late", lane="backfill")])
+    assert store.backfill_counts("bf-late") == (1, 1)  # the fixture evaluation has an ERROR
+    assert store.count_evaluations() == 1
 
 
 def _create_version_1(url: str, dialect: str) -> None:

@@ -199,10 +199,17 @@ def test_only_loopback_addresses_may_serve_without_a_token(host: str, loopback: 
 
 
 def test_overview_numbers_are_the_reports(filled: Filled) -> None:
-    """The overview's grouped counts give exactly what ``evalq report`` computes per metric."""
+    """The overview's grouped counts give exactly what ``evalq report --pool-versions``
+    computes per metric (the fill has two metric-set versions; the report's default shows the
+    newest one and both side by side)."""
     with open_store(filled.store_url) as store:
-        report = build_report(store, ReportScope())
+        report = build_report(store, ReportScope(pool_versions=True))
+        side_by_side = build_report(store, ReportScope())
         numbers = Numbers(store).get(None)
     assert not report.weighted  # every snapshot of the fill has weight 1
     assert numbers.metrics == report.metrics
+    first, second = sorted(side_by_side.versions, key=lambda v: v.last_evaluated_at or 0)
+    assert (first.evaluations, second.evaluations) == (report.evaluations - 1, 1)
+    assert side_by_side.metrics_version == second.metric_set_version  # the re-run's version
+    assert side_by_side.metrics != report.metrics  # one version's numbers, not both pooled
     assert (numbers.snapshots, numbers.evaluations) == (report.snapshots, report.evaluations)

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 __all__ = ["report"]
 
+_LANES = ("live", "backfill")
+"""The lanes that carry snapshots (``producer.snapshot.Lane``; outcomes carry none)."""
+
 
 def _slice(flag: str, env: str) -> object:
     return typer.Option(flag, envvar=env, help="Slice filter")
@@ -34,6 +37,7 @@ class _ScopeFlags:
     since: str | None
     until: str | None
     backfill_id: str | None
+    lane: str | None
     metrics: str | None
     metric_set: str | None
     metric_set_version: str | None
@@ -42,6 +46,7 @@ class _ScopeFlags:
     environment: str | None
     scenario_by: str
     slice_by: str
+    pool_versions: bool
 
 
 def report(
@@ -69,7 +74,19 @@ def report(
     ] = None,
     backfill_id: Annotated[
         str | None,
-        typer.Option("--backfill", envvar="EVALQ_REPORT_BACKFILL", help="Only this backfill id"),
+        typer.Option(
+            "--backfill",
+            envvar="EVALQ_REPORT_BACKFILL",
+            help="Only units this backfill id sent (also those sent live before)",
+        ),
+    ] = None,
+    lane: Annotated[
+        str | None,
+        typer.Option(
+            "--lane",
+            envvar="EVALQ_REPORT_LANE",
+            help="Only units sent on this lane: live | backfill",
+        ),
     ] = None,
     metrics: Annotated[
         str | None,
@@ -108,12 +125,22 @@ def report(
             help="Coverage slices: agent_version | tool | environment",
         ),
     ] = "agent_version",
+    pool_versions: Annotated[
+        bool,
+        typer.Option(
+            "--pool-versions",
+            envvar="EVALQ_REPORT_POOL_VERSIONS",
+            help="Pool metric-set versions into one set of numbers (default: side by side)",
+        ),
+    ] = False,
     fail_under: FailUnderOpt = None,
     min_coverage: MinCoverageOpt = 0.5,
 ) -> None:
     """Per-metric rates with coverage and 95% intervals, gold labels, latency, usage, outcomes.
 
-    With --fail-under (a CI gate) it exits 3 when a gate fails, printing one line per gate.
+    Each unit counts once per metric-set version (its newest evaluation); versions are shown
+    side by side unless --pool-versions. With --fail-under (a CI gate) it exits 3 when a gate
+    fails, printing one line per gate.
     """
     from worker.reporting import build_report  # noqa: PLC0415 - fast --help
 
@@ -121,6 +148,7 @@ def report(
         since,
         until,
         backfill_id,
+        lane,
         metrics,
         metric_set,
         metric_set_version,
@@ -129,6 +157,7 @@ def report(
         environment,
         scenario_by,
         slice_by,
+        pool_versions,
     )
     config = settings()
     scope = _scope(flags)
@@ -177,12 +206,15 @@ def _scope(flags: _ScopeFlags) -> ReportScope:
     since = when("since", flags.since, "30m, 6h, 7d", now) if flags.since else None
     until = when("until", flags.until, "30m, 6h, 7d", now) if flags.until else None
     metric_ids = _metric_ids(flags.metrics)
+    if flags.lane is not None and flags.lane not in _LANES:
+        invalid(f"--lane: unknown lane {flags.lane}; known: {', '.join(_LANES)}")
     try:
         return ReportScope.model_validate(
             {
                 "since": since,
                 "until": until,
                 "backfill_id": flags.backfill_id,
+                "lane": flags.lane,
                 "metric_set": flags.metric_set,
                 "metric_set_version": flags.metric_set_version,
                 "agent_version": flags.agent_version,
@@ -191,6 +223,7 @@ def _scope(flags: _ScopeFlags) -> ReportScope:
                 "metric_ids": metric_ids,
                 "scenario_by": flags.scenario_by,
                 "slice_by": flags.slice_by,
+                "pool_versions": flags.pool_versions,
             }
         )
     except ValidationError as exc:

@@ -80,12 +80,30 @@ def results(
         bool,
         typer.Option("--json", envvar="EVALQ_RESULTS_JSON", help="One JSON object per line"),
     ] = False,
+    superseded: Annotated[
+        bool,
+        typer.Option(
+            "--superseded",
+            envvar="EVALQ_RESULTS_SUPERSEDED",
+            help="Also results of evaluations a newer one of the same unit and version replaced",
+        ),
+    ] = False,
 ) -> None:
-    """Recorded results, newest first: trace, unit, status, reason, score/label, snapshot."""
+    """Recorded results, newest first: trace, unit, status, reason, score/label, snapshot.
+
+    Each unit's newest evaluation per metric-set version, as ``evalq report`` counts them;
+    --superseded lists the earlier ones too.
+    """
     _check_metric(metric)
     status = _status(status)
     query = _query(
-        metric=metric, status=status, reason=reason, since=since, limit=limit, cursor=cursor
+        metric=metric,
+        status=status,
+        reason=reason,
+        since=since,
+        limit=limit,
+        cursor=cursor,
+        newest=not superseded,
     )
     config = settings()
     with store(config, existing=True) as opened:
@@ -139,6 +157,7 @@ def _query(
     since: str | None,
     limit: int,
     cursor: str | None,
+    newest: bool,
 ) -> ResultQuery:
     from worker.store import RecordScope, ResultCursor, ResultQuery  # noqa: PLC0415
 
@@ -149,7 +168,7 @@ def _query(
             before = ResultCursor.parse(cursor)
         except ValueError as exc:
             invalid(f"--cursor: {exc}")
-    scope = RecordScope(since=after) if after is not None else None
+    scope = RecordScope(since=after, newest=newest)
     return ResultQuery.model_validate(
         {
             "metric_id": metric,

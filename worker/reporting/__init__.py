@@ -16,14 +16,22 @@ terminal table, ``--json`` and ``--html`` all show the same numbers. This packag
 Scope
 -----
 A :class:`ReportScope` narrows the records: a time range on the evaluation's ``created_at``
-(``since`` inclusive, ``until`` exclusive), a backfill id, a metric set (its name, e.g.
+(``since`` inclusive, ``until`` exclusive), a backfill id, a lane, a metric set (its name, e.g.
 ``agent``, and/or its exact version), a slice (agent version, tool, environment — exact matches)
-and a set of metric ids (``metric_ids``; empty means all). A backfill's evaluations are tied to
-it through their snapshot: every snapshot a backfill stamps records the sampling rule
-``backfill:<id>`` (``backfill:<id>/<rule>`` with a sampler), so ``--backfill ID`` selects exactly
-the evaluations of that backfill's snapshots (under every metric-set version they were evaluated
-with). Snapshots enqueued by ``evalq enqueue``/``run`` carry no
-backfill rule and are never in a backfill's scope.
+and a set of metric ids (``metric_ids``; empty means all). A backfill's units are tied to it
+through their *sends* (the store's provenance records, docs/records.md): ``--backfill ID``
+selects the snapshots with a send whose rule is ``backfill:<id>`` (``backfill:<id>/<rule>`` with
+a sampler), under every metric-set version they were evaluated with — a unit sent live first and
+backfilled later included; ``--lane`` selects the snapshots with a send on that lane.
+
+Counting (docs/records.md)
+--------------------------
+Each unit (snapshot) counts once per metric-set version, with its newest evaluation in the time
+range (``RecordScope.newest``); superseded evaluations and duplicate sends are counted beside
+(``superseded_evaluations``, ``sends``, ``duplicate_sends``), never as evidence. Metric-set
+versions are shown side by side (``versions``); ``metrics``, gold, coverage, outcomes and the
+gates speak for the version that evaluated most recently (``metrics_version``), unless
+``pool_versions`` (``--pool-versions``) pools them, which the report then says.
 
 Numbers, and how they are computed
 ----------------------------------
@@ -36,7 +44,8 @@ Numbers, and how they are computed
   ``NO_TOOL_RESULTS`` or ``NO_CLAIMS`` / all results of the metric.
 - Every rate carries a **Wilson score 95 % interval** (z = 1.96); a rate over nothing is null.
 - **Sampling-weighted estimates** appear when any snapshot in scope has a sampling weight other
-  than 1 (weight = 1/sampling rate, recorded on the snapshot). Estimator: the weighted
+  than 1 (weight = 1/sampling rate of the unit's first send, recorded on the snapshot row; later
+  sends do not re-weight it). Estimator: the weighted
   proportion (Hájek ratio estimator) ``p = Σ w·y / Σ w``, with a Wilson interval computed at
   Kish's effective sample size ``n_eff = (Σ w)² / Σ w²``. It treats the sample as independent
   draws with unequal weights (no stratification or finite-population correction): an honest,

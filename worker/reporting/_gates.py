@@ -10,6 +10,10 @@ all results of the metric) at or above ``min_coverage``. Otherwise it fails with
   failed to evaluate for the rate to speak for the traffic);
 - ``NO_VERDICTS``: no DECIDED result with a verdict, so there is no rate to bound;
 - ``UNDER_RATE``: the interval's lower bound is under ``RATE``.
+
+The metric's numbers are the report's ``metrics``: each unit once, with its newest evaluation,
+under the metric-set version that evaluated most recently (``EvalReport.metrics_version``) —
+or every version pooled with ``--pool-versions``.
 """
 
 from __future__ import annotations

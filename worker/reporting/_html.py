@@ -441,6 +441,8 @@ def _kpis(report: EvalReport) -> str:
     items = [
         ("snapshots", report.snapshots),
         ("evaluations", report.evaluations),
+        ("superseded evaluations", report.superseded_evaluations),
+        ("sends (duplicates)", f"{report.sends} ({report.duplicate_sends})"),
         ("open dead letters", report.dead_letters_open),
         ("latency P50 / P95", f"{report.latency.p50_ms:.0f} / {report.latency.p95_ms:.0f} ms"),
         ("tokens" + (" (incomplete)" if u.incomplete else ""), usage),
@@ -469,6 +471,33 @@ def _metrics_table(report: EvalReport) -> str:
         for metric_id, m in report.metrics.items()
     ]
     return _table(head, rows) + _table(["metric", "by reason"], reasons)
+
+
+def _metrics_heading(report: EvalReport) -> str:
+    if report.pooled and len(report.versions) > 1:
+        return "Metrics — metric-set versions pooled (--pool-versions)"
+    if report.metrics_version is not None and len(report.versions) > 1:
+        return f"Metrics — metric-set version {report.metrics_version} (the most recent)"
+    return "Metrics"
+
+
+def _versions_section(report: EvalReport) -> str:
+    """Every metric-set version side by side: counted, superseded, each metric's pass rate."""
+    if len(report.versions) < 2:
+        return ""
+    versions = report.versions
+    head = ["", *(v.metric_set_version for v in versions)]
+    rows: list[list[object]] = [
+        ["evaluations counted", *(v.evaluations for v in versions)],
+        ["superseded", *(v.superseded for v in versions)],
+    ]
+    metric_ids = sorted({m for v in versions for m in v.metrics})
+    for metric_id in metric_ids:
+        cells = [v.metrics.get(metric_id) for v in versions]
+        rows.append([metric_id, *(_rate(m.pass_rate) if m else "—" for m in cells)])
+    return '<h2 id="versions">Metric-set versions side by side (pass rate, DECIDED)</h2>' + _table(
+        head, rows, numeric_from=1
+    )
 
 
 def _gold_section(gold: GoldReport | None) -> str:
@@ -566,8 +595,9 @@ def render_html(report: EvalReport) -> str:
         "<h2>Calibration</h2>",
         calibration_svg(report.gold),
         "</section>",
-        "<h2>Metrics</h2>",
+        f"<h2>{_e(_metrics_heading(report))}</h2>",
         _metrics_table(report),
+        _versions_section(report),
         "<h2>Coverage by slice</h2>",
         _coverage_table(report.coverage),
         _gold_section(report.gold),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime
+from pydantic import AwareDatetime, Field
 
 from worker.evaluation import Summary
 
@@ -38,6 +38,7 @@ __all__ = [
     "SliceRow",
     "StoreTotals",
     "UsageTotals",
+    "VersionReport",
     "WeightedRates",
     "probability_source",
 ]
@@ -231,16 +232,45 @@ class SamplingView(Frozen):
 
 
 class StoreTotals(Frozen):
-    """Counts the store answers directly for the scope."""
+    """Counts the store answers directly for the scope.
+
+    ``superseded``: per metric-set version, evaluations a newer one of the same (snapshot,
+    version) replaced (not counted). ``sends``/``duplicate_sends``: every recorded send of the
+    scope's snapshots, and those beyond each snapshot's first (the same unit sent live and
+    backfilled, or re-sent): provenance, never counted as evidence.
+    """
 
     store: str
     snapshots: int
     dead_letters_open: int
+    superseded: dict[str, int] = Field(default_factory=dict)
+    sends: int = 0
+    duplicate_sends: int = 0
+
+
+class VersionReport(Frozen):
+    """One metric-set version's column: its counted evaluations (each unit's newest), those it
+    superseded, when it last evaluated, and its metrics."""
+
+    metric_set_version: str
+    evaluations: int
+    superseded: int
+    last_evaluated_at: AwareDatetime | None
+    metrics: dict[str, MetricReport]
 
 
 class EvalReport(Frozen):
     """The whole report. ``snapshots``, ``evaluations`` and ``metrics.<id>.by_status/by_reason``
-    keep the shape of the first ``evalq report --json``."""
+    keep the shape of the first ``evalq report --json``.
+
+    Each unit counts once per metric-set version, with its newest evaluation: ``evaluations``
+    counts those, ``superseded_evaluations`` the older ones left out, ``duplicate_sends`` the
+    sends beyond each unit's first. ``versions`` shows every metric-set version side by side.
+    ``metrics`` (and the gold, coverage and outcome sections, and ``--fail-under``) speak for
+    ``metrics_version`` — the version that evaluated most recently — unless ``pooled``
+    (``--pool-versions``): then for every version together (``metrics_version`` null), a unit
+    evaluated under k versions counting k times.
+    """
 
     generated_at: AwareDatetime
     store: str
@@ -250,8 +280,14 @@ class EvalReport(Frozen):
     metric_set_versions: dict[str, int]
     snapshots: int
     evaluations: int
+    superseded_evaluations: int
+    sends: int
+    duplicate_sends: int
     dead_letters_open: int
     weighted: bool
+    pooled: bool
+    metrics_version: str | None
+    versions: tuple[VersionReport, ...]
     metrics: dict[str, MetricReport]
     gold: GoldReport | None
     latency: Latency

@@ -27,6 +27,7 @@ class ReportScope(Frozen):
     since: AwareDatetime | None = None
     until: AwareDatetime | None = None
     backfill_id: str | None = None
+    lane: str | None = None
     metric_set: str | None = None
     metric_set_version: str | None = None
     agent_version: str | None = None
@@ -35,20 +36,23 @@ class ReportScope(Frozen):
     metric_ids: tuple[str, ...] = ()
     scenario_by: ScenarioKey = "tool"
     slice_by: SliceKey = "agent_version"
+    pool_versions: bool = False
 
-    def records(self) -> RecordScope | None:
-        """The store-side filter (None when nothing narrows the records)."""
-        scope = RecordScope(
+    def records(self) -> RecordScope:
+        """The store-side filter: the scope's records, each unit's newest evaluation per
+        metric-set version only (``RecordScope.newest``)."""
+        return RecordScope(
             since=self.since,
             until=self.until,
             backfill_id=self.backfill_id,
+            lane=self.lane,
             metric_set=self.metric_set,
             metric_set_version=self.metric_set_version,
             agent_version=self.agent_version,
             environment=self.environment,
             tool=self.tool,
+            newest=True,
         )
-        return None if scope == RecordScope() else scope
 
     def wants(self, metric_id: str) -> bool:
         """True when ``metric_id`` is in the metric set asked for (all when none was)."""

@@ -53,7 +53,8 @@ def _wilson_bounds(p: float, n: float, z: float) -> tuple[float, float]:
     denominator = 1 + z2 / n
     center = (p + z2 / (2 * n)) / denominator
     half = z / denominator * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return max(0.0, center - half), min(1.0, center + half)
+    # The interval always holds p; rounding can put a bound a hair past it (1e-17 over 0/n).
+    return max(0.0, min(p, center - half)), min(1.0, max(p, center + half))
 
 
 def wilson(k: int, n: int, z: float = Z95) -> Rate:

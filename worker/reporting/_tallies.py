@@ -194,6 +194,7 @@ class EvaluationTally:
     elapsed_ms: list[float] = field(default_factory=list)
     judges: Counter[tuple[str, str | None, bool]] = field(default_factory=Counter)
     versions: Counter[str] = field(default_factory=Counter)
+    version_last: dict[str, datetime] = field(default_factory=dict)
     requests: int = 0
     with_usage: int = 0
     input_tokens: int = 0
@@ -205,6 +206,9 @@ class EvaluationTally:
         self.elapsed_ms.append(row.elapsed_s * 1000)
         self.judges[(row.judge_kind, row.judge_model, row.synthetic)] += 1
         self.versions[row.metric_set_version] += 1
+        last = self.version_last.get(row.metric_set_version)
+        if last is None or row.created_at > last:
+            self.version_last[row.metric_set_version] = row.created_at
         self.requests += row.requests
         for entry in row.usage:
             self._usage(entry.usage)
@@ -226,6 +230,12 @@ class EvaluationTally:
         self.with_usage += 1
         self.input_tokens += tokens_in
         self.output_tokens += tokens_out
+
+    def headline_version(self) -> str | None:
+        """The metric-set version that evaluated most recently (ties: the greatest name)."""
+        if not self.version_last:
+            return None
+        return max(self.version_last.items(), key=lambda item: (item[1], item[0]))[0]
 
     def latency(self) -> Latency:
         ordered = sorted(self.elapsed_ms)

@@ -70,15 +70,41 @@ def _banner(report: EvalReport) -> RenderableType:
 def _header(report: EvalReport) -> RenderableType:
     lines = [
         f"store: {report.store}",
-        f"snapshots: {report.snapshots}  evaluations: {report.evaluations}  "
-        f"open dead letters: {report.dead_letters_open}",
+        f"snapshots: {report.snapshots}  evaluations: {report.evaluations} (each unit's newest; "
+        f"{report.superseded_evaluations} superseded)  sends: {report.sends} "
+        f"({report.duplicate_sends} duplicate)  open dead letters: {report.dead_letters_open}",
         f"metric-set versions: {_pairs(report.metric_set_versions) or '—'}",
     ]
     return Text("\n".join(lines))
 
 
+def _metrics_title(report: EvalReport) -> str:
+    title = "Metrics (rate% [95% interval] count)"
+    if report.pooled and len(report.versions) > 1:
+        return f"{title} — metric-set versions pooled (--pool-versions)"
+    if report.metrics_version is not None and len(report.versions) > 1:
+        return f"{title} — metric-set version {report.metrics_version} (the most recent)"
+    return title
+
+
+def _versions_table(report: EvalReport) -> Table | None:
+    """Every metric-set version side by side: counted, superseded, each metric's pass rate."""
+    if len(report.versions) < 2:
+        return None
+    table = Table(title="Metric-set versions side by side (pass rate, DECIDED)")
+    _key_column(table, "")
+    for version in report.versions:
+        table.add_column(version.metric_set_version)
+    table.add_row("evaluations counted", *(str(v.evaluations) for v in report.versions))
+    table.add_row("superseded", *(str(v.superseded) for v in report.versions))
+    for metric_id in sorted({m for v in report.versions for m in v.metrics}):
+        cells = [v.metrics.get(metric_id) for v in report.versions]
+        table.add_row(metric_id, *(_rate(m.pass_rate) if m else "—" for m in cells))
+    return table
+
+
 def _metrics_table(report: EvalReport) -> Table:
-    table = Table(title="Metrics (rate% [95% interval] count)")
+    table = Table(title=_metrics_title(report))
     _key_column(table, "metric")
     for name in ("pass rate (DECIDED)", "scorable coverage", "missing evidence"):
         table.add_column(name)
@@ -194,6 +220,9 @@ def _coverage_table(coverage: SliceCoverage) -> Table:
 def render_terminal(report: EvalReport) -> RenderableType:
     """The report as rich renderables (the default ``evalq report`` output)."""
     parts: list[RenderableType] = [_banner(report), _header(report), _metrics_table(report)]
+    versions = _versions_table(report)
+    if versions is not None:
+        parts.append(versions)
     parts.append(_reasons_table(report))
     parts.append(_coverage_table(report.coverage))
     if report.gold is not None:

@@ -9,9 +9,19 @@ after a fork. The store knows records, not Celery and not the engine.
 Tables
 ------
 ``snapshots``
-    One row per snapshot id (sha256 of the snapshot's canonical JSON): trace, session, unit kind
-    and event id, window rule / cutoff event / cutoff time, slice metadata (agent version,
-    environment, tool), sampling (lane, rate, weight, rule), metric set, created_at.
+    One row per snapshot id (``producer.snapshot.content_id``: sha256 of the canonical JSON of
+    what is evaluated, provenance — ``sampling``, ``source`` — left out): trace, session, unit
+    kind and event id, window rule / cutoff event / cutoff time, slice metadata (agent version,
+    environment, tool), the *first* send's sampling (lane, rate, weight, rule), metric set,
+    created_at. Snapshots recorded before schema version 4 keep their older id (sha256 of the
+    whole canonical JSON, sampling included).
+``sends``
+    Provenance, one row per delivered send of a snapshot: message id, lane, sampling rate,
+    weight and rule (``backfill:<id>[/rule]`` for a backfill), source, received_at. Unique per
+    (message id, snapshot id), so a redelivered message adds nothing; the same unit sent live
+    and under two backfill ids is one snapshot with three sends. A backfill's and a lane's
+    snapshots are found through their sends (``RecordScope.backfill_id``/``lane``,
+    ``backfill_counts``).
 ``snapshot_contents``
     The snapshot's canonical JSON. The only place evaluated content lives, in a table of its
     own so that retention can protect or expire it separately: ``Store.purge_content(before)``
@@ -135,7 +145,15 @@ from ._browse import (
 from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
 from ._listing import ListedResult, ResultCursor, ResultQuery
 from ._newest import IS_ATTEMPT, NEWEST_ATTEMPT, RetryCandidate, RetryQuery
-from ._reads import EvaluationRow, LinkedOutcome, RecordScope, ResultCount, SnapshotLabels
+from ._reads import (
+    EvaluationRow,
+    LinkedOutcome,
+    RecordScope,
+    ResultCount,
+    SendCounts,
+    SnapshotLabels,
+    VersionCounts,
+)
 from ._records import (
     AskedQuestion,
     Checkpoint,
@@ -150,6 +168,7 @@ from ._records import (
     ResultAudit,
     ResultRow,
     SampledOutCount,
+    SendRecord,
     SnapshotMeta,
     SnapshotRecord,
     SnapshotText,
@@ -207,6 +226,8 @@ __all__ = [
     "RetryQuery",
     "ReviewedEvaluation",
     "SampledOutCount",
+    "SendCounts",
+    "SendRecord",
     "SnapshotIndex",
     "SnapshotLabels",
     "SnapshotMeta",
@@ -223,6 +244,7 @@ __all__ = [
     "TransientStoreError",
     "UsageRecord",
     "VerdictCount",
+    "VersionCounts",
     "Written",
     "attempt_of",
     "attempt_run",

@@ -22,6 +22,7 @@ from ._records import (
     ResultAudit,
     ResultRow,
     SampledOutCount,
+    SendRecord,
     SnapshotRecord,
     StoredEvaluation,
     UsageRecord,
@@ -35,8 +36,11 @@ __all__ = [
     "MetricCounts",
     "RecordScope",
     "ResultCount",
+    "SendCounts",
     "SnapshotLabels",
+    "VersionCounts",
     "backfill_counts",
+    "backfill_rule",
     "count_evaluations_in",
     "count_rows",
     "count_snapshots_in",
@@ -54,8 +58,11 @@ __all__ = [
     "result_page",
     "sampled_out_counts",
     "scope_filter",
+    "send_counts",
+    "sends_of",
     "snapshot",
     "stored_evaluation",
+    "version_counts",
 ]
 
 MetricCounts = dict[str, dict[str, dict[str, int]]]
@@ -66,7 +73,10 @@ def _one(rows: list[Row]) -> Row | None:
 
 
 def snapshot(tx: Tx, snapshot_id: str) -> SnapshotRecord | None:
-    """The snapshot's content, re-hashed: a stored text that no longer matches its id is refused."""
+    """The snapshot's content, re-hashed: a stored text that no longer matches its id is refused.
+
+    A snapshot recorded before schema version 4 keeps its whole-text id (``legacy_id``).
+    """
     row = _one(
         tx.rows(
             "SELECT content FROM snapshot_contents WHERE snapshot_id = :id", {"id": snapshot_id}
@@ -75,7 +85,7 @@ def snapshot(tx: Tx, snapshot_id: str) -> SnapshotRecord | None:
     if row is None:
         return None
     record = SnapshotRecord(content=json.loads(row[0]))
-    if record.snapshot_id != snapshot_id:
+    if snapshot_id not in (record.snapshot_id, record.legacy_id):
         raise PermanentStoreError("CONTENT_MISMATCH", "stored snapshot content fails its hash")
     return record
 
@@ -299,9 +309,13 @@ class RecordScope(BaseModel):
 
     ``since``/``until`` bound the evaluation's ``created_at`` (``since`` inclusive, ``until``
     exclusive); ``metric_set`` (a name such as ``agent``) and ``metric_set_version`` match the
-    evaluation's. ``backfill_id`` keeps snapshots a backfill stamped (sampling rule
-    ``backfill:<id>`` or ``backfill:<id>/<sampler rule>``). The slice fields match the
-    snapshot's indexed slice metadata exactly.
+    evaluation's. ``backfill_id`` keeps snapshots with a send of that backfill (a ``sends`` row
+    whose rule is ``backfill:<id>`` or ``backfill:<id>/<sampler rule>``), so a unit sent live
+    first and backfilled later is in the backfill's scope; ``lane`` likewise keeps snapshots
+    with a send on that lane. The slice fields match the snapshot's indexed slice metadata
+    exactly. ``newest`` keeps, of each (snapshot, metric-set version), only its newest
+    evaluation inside the time range (highest ``seq``): each unit counted once per version,
+    re-evaluations superseding earlier ones.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -314,12 +328,14 @@ class RecordScope(BaseModel):
     tool: str | None = None
     metric_set_version: str | None = None
     metric_set: str | None = None
+    lane: str | None = None
+    newest: bool = False
 
     @property
     def narrows_evaluations(self) -> bool:
-        """True when the scope filters on evaluation columns (time range, metric set)."""
+        """True when the scope filters on evaluation columns (time range, metric set, newest)."""
         chosen = (self.since, self.until, self.metric_set_version, self.metric_set)
-        return any(v is not None for v in chosen)
+        return self.newest or any(v is not None for v in chosen)
 
 
 class EvaluationRow(BaseModel):
@@ -378,13 +394,35 @@ def _snapshot_conditions(scope: RecordScope) -> tuple[list[str], dict[str, objec
             conditions.append(f"s.{column} = :{column}")
             params[column] = value
     if scope.backfill_id is not None:
-        rule = f"backfill:{scope.backfill_id}"
+        rule = backfill_rule(scope.backfill_id)
         conditions.append(
-            "(s.sampling_rule = :bf_rule"
-            " OR substr(s.sampling_rule, 1, CAST(:bf_len AS INTEGER)) = :bf_prefix)"
+            "EXISTS (SELECT 1 FROM sends d WHERE d.snapshot_id = s.snapshot_id"
+            " AND (d.rule = :bf_rule"
+            " OR substr(d.rule, 1, CAST(:bf_len AS INTEGER)) = :bf_prefix))"
         )
         params.update(bf_rule=rule, bf_prefix=rule + "/", bf_len=len(rule) + 1)
+    if scope.lane is not None:
+        conditions.append(
+            "EXISTS (SELECT 1 FROM sends d WHERE d.snapshot_id = s.snapshot_id AND d.lane = :lane)"
+        )
+        params["lane"] = scope.lane
     return conditions, params
+
+
+def backfill_rule(backfill_id: str) -> str:
+    """The sampling rule a backfill stamps (``backfill:<id>``; a sampler's rule follows a ``/``)."""
+    return f"backfill:{backfill_id}"
+
+
+def _newer_condition(scope: RecordScope) -> str:
+    """No later evaluation of the same (snapshot, metric-set version) inside the time range."""
+    bounds = ""
+    if scope.since is not None:
+        bounds += " AND n.created_at >= :since"
+    if scope.until is not None:
+        bounds += " AND n.created_at < :until"
+    return f"""NOT EXISTS (SELECT 1 FROM evaluations n WHERE n.snapshot_id = e.snapshot_id
+        AND n.metric_set_version = e.metric_set_version AND n.seq > e.seq{bounds})"""  # noqa: S608
 
 
 def _evaluation_conditions(scope: RecordScope) -> tuple[list[str], dict[str, object]]:
@@ -402,6 +440,8 @@ def _evaluation_conditions(scope: RecordScope) -> tuple[list[str], dict[str, obj
     if scope.metric_set is not None:
         conditions.append("e.metric_set = :scope_set")
         params["scope_set"] = scope.metric_set
+    if scope.newest:
+        conditions.append(_newer_condition(scope))
     return conditions, params
 
 
@@ -559,19 +599,21 @@ _BACKFILL_COUNTS = """SELECT COUNT(DISTINCT e.snapshot_id), COUNT(DISTINCT CASE 
     SELECT 1 FROM metric_results r
     WHERE r.evaluation_id = e.evaluation_id AND r.status = 'ERROR')
     THEN e.snapshot_id END)
-FROM snapshots s JOIN evaluations e ON e.snapshot_id = s.snapshot_id
-WHERE s.sampling_rule {c} = :rule
-    OR (s.sampling_rule {c} >= :prefix AND s.sampling_rule {c} < :prefix_end)"""
+FROM evaluations e
+WHERE e.snapshot_id IN (SELECT d.snapshot_id FROM sends d
+    WHERE d.rule {c} = :rule OR (d.rule {c} >= :prefix AND d.rule {c} < :prefix_end))"""
 
 
 def backfill_counts(tx: Tx, backfill_id: str, dialect: str = "sqlite") -> tuple[int, int]:
-    """(snapshots of the backfill with an evaluation, those with an ERROR result).
+    """(snapshots sent by the backfill with an evaluation, those with an ERROR result).
 
-    The rule is ``backfill:<id>`` or ``backfill:<id>/<sampler rule>``: an equality or a prefix,
-    written as a byte-wise range (``/`` + 1 is ``0``) so both walk the ``snapshots_by_rule``
-    index, whatever the database's default collation.
+    Found through their sends, so a unit evaluated earlier (sent live, or by another backfill)
+    counts for this backfill too. The send's rule is ``backfill:<id>`` or
+    ``backfill:<id>/<sampler rule>``: an equality or a prefix, written as a byte-wise range
+    (``/`` + 1 is ``0``) so both walk the ``sends_by_rule`` index, whatever the database's
+    default collation.
     """
-    rule = f"backfill:{backfill_id}"
+    rule = backfill_rule(backfill_id)
     params = {"rule": rule, "prefix": rule + "/", "prefix_end": rule + "0"}
     sql = _BACKFILL_COUNTS.format(c=BYTEWISE[dialect])
     evaluated, failed = tx.rows(sql, params)[0]
@@ -637,6 +679,68 @@ def result_counts_in(tx: Tx, scope: RecordScope | None) -> tuple[ResultCount, ..
         params,
     )
     return tuple(ResultCount(str(m), str(s), str(r), int(n)) for m, s, r, n in rows)
+
+
+class VersionCounts(NamedTuple):
+    """Evaluations of one metric-set version in a scope: all of them, and the newest per unit."""
+
+    metric_set_version: str
+    evaluations: int
+    newest: int
+
+    @property
+    def superseded(self) -> int:
+        """Evaluations a newer one of the same (snapshot, version) replaced."""
+        return self.evaluations - self.newest
+
+
+def version_counts(tx: Tx, scope: RecordScope | None) -> tuple[VersionCounts, ...]:
+    """Per metric-set version: evaluations in the scope (``newest`` ignored) and the newest."""
+    every = (scope or RecordScope()).model_copy(update={"newest": False})
+    where, params = scope_filter(every)
+    newest = _newer_condition(every)
+    rows = tx.rows(
+        f"""SELECT e.metric_set_version, COUNT(*), SUM(CASE WHEN {newest} THEN 1 ELSE 0 END)
+        {_FROM_SCOPED} WHERE {where}
+        GROUP BY e.metric_set_version ORDER BY e.metric_set_version""",
+        params,
+    )
+    return tuple(VersionCounts(str(v), int(n), int(k or 0)) for v, n, k in rows)
+
+
+class SendCounts(NamedTuple):
+    """Sends of the snapshots in a scope: all of them, and the snapshots they delivered."""
+
+    sends: int
+    snapshots: int
+
+    @property
+    def duplicates(self) -> int:
+        """Sends beyond each snapshot's first (the same unit sent live, backfilled, re-sent)."""
+        return self.sends - self.snapshots
+
+
+def send_counts(tx: Tx, scope: RecordScope | None) -> SendCounts:
+    """Every send of the snapshots with an evaluation in ``scope`` (whatever lane or backfill)."""
+    where, params = scope_filter(scope)
+    rows = tx.rows(
+        f"""SELECT COUNT(*), COUNT(DISTINCT d.snapshot_id) FROM sends d
+        WHERE d.snapshot_id IN (SELECT e.snapshot_id {_FROM_SCOPED} WHERE {where})""",  # noqa: S608
+        params,
+    )
+    sends, snapshots = rows[0]
+    return SendCounts(int(sends), int(snapshots))
+
+
+_SENDS = """SELECT snapshot_id, message_id, lane, rate, weight, rule, source FROM sends
+WHERE snapshot_id = :snapshot_id ORDER BY seq"""
+_SEND_FIELDS = ("snapshot_id", "message_id", "lane", "rate", "weight", "rule", "source")
+
+
+def sends_of(tx: Tx, snapshot_id: str) -> tuple[SendRecord, ...]:
+    """The snapshot's sends, in arrival order."""
+    rows = tx.rows(_SENDS, {"snapshot_id": snapshot_id})
+    return tuple(SendRecord.model_validate(dict(zip(_SEND_FIELDS, r, strict=True))) for r in rows)
 
 
 def sampling_weight_sum(tx: Tx, scope: RecordScope | None) -> tuple[int, float]:

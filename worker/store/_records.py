@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from producer.snapshot import TallyCounts
+from producer.snapshot import TallyCounts, content_id
 from worker._models import assemble
 from worker.canonical_json import FrozenJson, canonical_json, thaw
 
@@ -44,6 +44,7 @@ __all__ = [
     "ResultAudit",
     "ResultRow",
     "SampledOutCount",
+    "SendRecord",
     "SnapshotMeta",
     "SnapshotRecord",
     "StatusName",
@@ -162,10 +163,12 @@ class SnapshotMeta(_Wire):
     slice: _WireSlice
     sampling: _WireSampling
     metric_set: Text
+    source: str | None = None
 
 
 class SnapshotRecord(_Record):
-    """A snapshot's wire JSON. ``snapshot_id`` is the sha256 of its canonical JSON.
+    """A snapshot's wire JSON. ``snapshot_id`` is its content id (``producer.snapshot.content_id``:
+    the sha256 of the canonical JSON of its evaluated fields, provenance left out).
 
     Build it as ``SnapshotRecord(content=snapshot.wire())``: the id then equals
     ``snapshot.snapshot_id`` and the indexed columns cannot disagree with the content.
@@ -183,13 +186,21 @@ class SnapshotRecord(_Record):
             raise ValueError("snapshot content must be a JSON object")  # noqa: TRY004 - pydantic
         self._meta = SnapshotMeta.model_validate(thaw(self.content))
         self._text = canonical_json(self.content)
-        self._id = hashlib.sha256(self._text.encode("utf-8")).hexdigest()
+        self._id = content_id(self.content)
         return self
 
     @property
     def snapshot_id(self) -> str:
-        """sha256 hex of the canonical JSON."""
+        """The content id (provenance fields left out)."""
         return self._id
+
+    @property
+    def legacy_id(self) -> str:
+        """The id schema versions before 4 gave it: sha256 of the whole canonical text.
+
+        Snapshots recorded then keep that id; reading one back accepts it.
+        """
+        return hashlib.sha256(self._text.encode("utf-8")).hexdigest()
 
     @property
     def meta(self) -> SnapshotMeta:
@@ -462,7 +473,8 @@ class SnapshotText(_Record):
 
     @classmethod
     def from_wire(cls, wire: Mapping[str, Any], canonical_text: str | None = None) -> SnapshotText:
-        """The stored form of ``Snapshot.wire()`` output: serialized once, hashed once.
+        """The stored form of ``Snapshot.wire()`` output: serialized once for the stored text,
+        and once without its provenance fields for the id (``content_id``).
 
         ``canonical_text``, when the caller already computed it, must be
         ``canonical_json(wire)``.
@@ -471,7 +483,7 @@ class SnapshotText(_Record):
             raise ValueError("snapshot content must be a JSON object")  # noqa: TRY004 - as _index
         text = canonical_json(wire) if canonical_text is None else canonical_text
         return cls(
-            snapshot_id=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            snapshot_id=content_id(wire),
             canonical_text=text,
             meta=SnapshotMeta.model_validate(wire),
         )
@@ -740,6 +752,51 @@ class Checkpoint(_Record):
     position: int = Field(ge=0)
     enqueued: int = Field(ge=0)
     recorded_at: UtcTime
+
+
+# --- sends ---------------------------------------------------------------------------------
+
+
+class SendRecord(_Record):
+    """One delivered send of a snapshot: its provenance, kept beside the content-addressed id.
+
+    A snapshot is recorded once, whatever sent it; every message that delivered it (the live
+    lane, each backfill id, a re-send) adds one send. ``message_id`` names the message (the
+    broker message's task id; a hash of its body when it has none), so a redelivered message
+    — the same id — adds nothing (:attr:`send_key`). A snapshot appearing twice in one message
+    is one send.
+    """
+
+    snapshot_id: Text
+    message_id: Text
+    lane: Text
+    rate: float
+    weight: float
+    rule: str
+    source: str | None = None
+
+    @property
+    def send_key(self) -> str:
+        """The deduplication key: sha256 of (message id, snapshot id), unit-separated."""
+        key = "\x1f".join(("evalq.send.v1", self.message_id, self.snapshot_id))
+        return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def of(
+        cls, snapshot_id: str, meta: SnapshotMeta, message_id: str, lane: str | None = None
+    ) -> SendRecord:
+        """The send of a snapshot's own sampling facts in message ``message_id``; ``lane`` is
+        the lane it arrived on when known (else the one its sampling names)."""
+        sampling = meta.sampling
+        return cls(
+            snapshot_id=snapshot_id,
+            message_id=message_id,
+            lane=lane or sampling.lane,
+            rate=sampling.rate,
+            weight=sampling.weight,
+            rule=sampling.rule,
+            source=meta.source,
+        )
 
 
 # --- sampling tallies ------------------------------------------------------------------------

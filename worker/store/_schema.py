@@ -28,9 +28,11 @@ SCHEMA_VERSION = 4
 and the triggers that let a recorded purge (and nothing else) expire old snapshot contents and
 dead-letter payloads. 4 added the audit trail of each judged result: ``question_texts`` (every
 distinct question text by its sha256), ``result_audits`` (state digest and resolved judge model
-per result) and ``result_questions`` (the digests of the questions each result asked), new tables
-only, and lets a purge expire question texts no snapshot with kept content asked. Every
-statement is idempotent (``IF NOT EXISTS``, triggers dropped and re-created), so an older
+per result) and ``result_questions`` (the digests of the questions each result asked), and lets
+a purge expire question texts no snapshot with kept content asked; and ``sends`` (one provenance
+row per delivered send of a snapshot, whose id no longer covers lane, backfill id or sampling),
+filled for older snapshots from their own sampling columns. Every statement is idempotent
+(``IF NOT EXISTS``, triggers dropped and re-created, ``INSERT … WHERE NOT EXISTS``), so an older
 database is upgraded by running them all again."""
 
 BYTEWISE: dict[str, str] = {"sqlite": "COLLATE BINARY", "postgresql": 'COLLATE "C"'}
@@ -195,6 +197,31 @@ _TABLES = (
     sampled {int} NOT NULL CHECK (sampled >= 0 AND sampled <= seen),
     received_at {time} NOT NULL,
     UNIQUE (tally_id, row_key))""",
+    # Provenance: one row per delivered send of a snapshot (lane, sampling, rule, source);
+    # send_key = sha256(message id, snapshot id), so a redelivered message adds nothing. No
+    # foreign key: a send may commit before the evaluation that records its snapshot.
+    """CREATE TABLE IF NOT EXISTS sends (
+    seq {seq},
+    send_key TEXT NOT NULL UNIQUE,
+    snapshot_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    lane TEXT NOT NULL,
+    rate {real} NOT NULL,
+    weight {real} NOT NULL,
+    rule TEXT NOT NULL,
+    source TEXT,
+    received_at {time} NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS sends_by_snapshot ON sends (snapshot_id)",
+    # Backfill read-back and --backfill/--lane scopes: rule equality or a byte-wise prefix range.
+    "CREATE INDEX IF NOT EXISTS sends_by_rule ON sends (rule {bytewise}, snapshot_id)",
+    # Snapshots recorded before version 4 get one send from their own sampling columns (their
+    # first send's: the only one a version-3 store kept). message_id "legacy:<snapshot id>".
+    """INSERT INTO sends (send_key, snapshot_id, message_id, lane, rate, weight, rule, source,
+    received_at)
+    SELECT 'legacy:' || s.snapshot_id, s.snapshot_id, 'legacy:' || s.snapshot_id, s.sampling_lane,
+    s.sampling_rate, s.sampling_weight, s.sampling_rule, NULL, s.created_at
+    FROM snapshots s
+    WHERE NOT EXISTS (SELECT 1 FROM sends d WHERE d.snapshot_id = s.snapshot_id)""",
     # Retention, recorded: each purge appends its horizon. The triggers let snapshot contents
     # created before the latest horizon be deleted, and dead-letter payloads received before it
     # be emptied, and refuse every other UPDATE or DELETE.
@@ -247,6 +274,7 @@ APPEND_ONLY_TABLES = (
     "question_texts",
     "result_audits",
     "result_questions",
+    "sends",
 )
 """Every table: none of them ever sees an UPDATE or DELETE, except the retention expiry of
 ``EXPIRABLE_TABLES`` that a recorded purge allows (:meth:`Store.purge_content`)."""

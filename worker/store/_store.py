@@ -47,7 +47,9 @@ from ._reads import (
     MetricCounts,
     RecordScope,
     ResultCount,
+    SendCounts,
     SnapshotLabels,
+    VersionCounts,
     backfill_counts,
     count_evaluations_in,
     count_rows,
@@ -67,8 +69,11 @@ from ._reads import (
     result_page,
     sampled_out_counts,
     sampling_weight_sum,
+    send_counts,
+    sends_of,
     snapshot,
     stored_evaluation,
+    version_counts,
 )
 from ._records import (
     Checkpoint,
@@ -81,6 +86,7 @@ from ._records import (
     PurgeSummary,
     ResultRow,
     SampledOutCount,
+    SendRecord,
     SnapshotRecord,
     StoredEvaluation,
     StoredSnapshot,
@@ -97,6 +103,7 @@ from ._writes import (
     write_outcome,
     write_purge,
     write_redrive,
+    write_sends,
     write_snapshot,
     write_tally,
 )
@@ -273,6 +280,18 @@ class Store:
         written = self._run(lambda tx: write_tally(tx, tally, now))
         return Written(tally.tally_id, created=written > 0)
 
+    def record_sends(self, sends: Sequence[SendRecord]) -> int:
+        """Append the sends (provenance of delivered snapshots) in one transaction.
+
+        Insert-if-absent by :attr:`SendRecord.send_key` (message id, snapshot id): a redelivered
+        message adds nothing. Returns the rows added.
+        """
+        if not sends:
+            return 0
+        now = _now()
+        chosen = tuple(sends)
+        return self._run(lambda tx: write_sends(tx, chosen, now))
+
     def purge_content(self, before: datetime) -> PurgeSummary:
         """Expire evaluated content older than ``before``; every record stays readable.
 
@@ -295,7 +314,8 @@ class Store:
     # --- reads -----------------------------------------------------------------------------
 
     def get_snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
-        """The snapshot's content (hash re-verified), or None."""
+        """The snapshot's content (hash re-verified; an id from before schema 4 is its whole-text
+        hash, ``SnapshotRecord.legacy_id``), or None."""
         return self._run(lambda tx: snapshot(tx, snapshot_id), write=False)
 
     def get_evaluation(self, evaluation_id: str) -> StoredEvaluation | None:
@@ -456,6 +476,19 @@ class Store:
         """(evaluations, sum of their snapshots' sampling weights), optionally in ``scope``."""
         return self._run(lambda tx: sampling_weight_sum(tx, scope), write=False)
 
+    def version_counts(self, scope: RecordScope | None = None) -> tuple[VersionCounts, ...]:
+        """Per metric-set version: evaluations in ``scope`` and how many are each unit's newest
+        (the rest are superseded by a re-evaluation); ``scope.newest`` is ignored."""
+        return self._run(lambda tx: version_counts(tx, scope), write=False)
+
+    def send_counts(self, scope: RecordScope | None = None) -> SendCounts:
+        """Sends of the snapshots evaluated in ``scope``, and how many snapshots they deliver."""
+        return self._run(lambda tx: send_counts(tx, scope), write=False)
+
+    def sends(self, snapshot_id: str) -> tuple[SendRecord, ...]:
+        """Every recorded send of one snapshot (lane, sampling, rule, source), oldest first."""
+        return self._run(lambda tx: sends_of(tx, snapshot_id), write=False)
+
     def open_dead_letter_counts(self) -> dict[str, int]:
         """``{reason: n}`` of dead letters without a redrive."""
         return self._run(open_dead_letter_counts, write=False)
@@ -481,7 +514,8 @@ class Store:
     def backfill_counts(self, backfill_id: str) -> tuple[int, int]:
         """(snapshots of the backfill evaluated, of those how many have an ERROR result).
 
-        A backfill's snapshots carry the sampling rule ``backfill:<id>`` (or ``…/<rule>``).
+        A backfill's snapshots are those with a send whose rule is ``backfill:<id>`` (or
+        ``…/<rule>``), so units evaluated before (sent live, another backfill) count too.
         """
         dialect = self._backend.dialect
         return self._run(lambda tx: backfill_counts(tx, backfill_id, dialect), write=False)

@@ -25,6 +25,7 @@ from ._records import (
     OutcomeRecord,
     OutcomeWritten,
     PurgeSummary,
+    SendRecord,
     StoredSnapshot,
     TallyRecord,
     UsageRecord,
@@ -40,6 +41,7 @@ __all__ = [
     "write_outcome",
     "write_purge",
     "write_redrive",
+    "write_sends",
     "write_snapshot",
     "write_tally",
 ]
@@ -97,6 +99,21 @@ def write_snapshot(tx: Tx, snapshot: StoredSnapshot, now: datetime) -> bool:
     params = {"snapshot_id": snapshot.snapshot_id, "content": snapshot.canonical_text}
     tx.run(_INSERT_CONTENT, params)
     return created
+
+
+_INSERT_SEND = """INSERT INTO sends (send_key, snapshot_id, message_id, lane, rate, weight, rule,
+    source, received_at)
+VALUES (:send_key, :snapshot_id, :message_id, :lane, :rate, :weight, :rule, :source, :now)
+ON CONFLICT DO NOTHING"""
+
+
+def write_sends(tx: Tx, sends: tuple[SendRecord, ...], now: datetime) -> int:
+    """Append each send unless its key (message id, snapshot id) is stored; return rows added."""
+    rows = {
+        send.send_key: {**send.model_dump(), "send_key": send.send_key, "now": now}
+        for send in sends
+    }
+    return sum(tx.run(_INSERT_SEND, row) for row in rows.values())
 
 
 # --- evaluations -----------------------------------------------------------------------------

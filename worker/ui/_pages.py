@@ -3,7 +3,9 @@
 The overview's numbers are the report's (:class:`worker.reporting.MetricReport`: counts, pass
 rate, scorable coverage and missing-evidence rate with Wilson intervals), computed from grouped
 counts inside the database instead of a pass over every record, so it is unweighted: the
-sampling-weighted estimates stay with ``evalq report``.
+sampling-weighted estimates stay with ``evalq report``. Like the report it counts each unit once
+per metric-set version (its newest evaluation); it pools the versions, as
+``evalq report --pool-versions`` does (the report shows them side by side by default).
 """
 
 from __future__ import annotations
@@ -92,7 +94,12 @@ def metric_report(counts: Iterable[VerdictCount]) -> MetricReport:
 
 
 def overview(store: Store, scope: RecordScope | None) -> Overview:
-    """Totals and every metric's numbers in ``scope`` (grouped counts: a handful of queries)."""
+    """Totals and every metric's numbers in ``scope`` (grouped counts: a handful of queries).
+
+    Each unit counts once per metric-set version, with its newest evaluation (``newest`` is
+    forced on); versions are pooled, as ``evalq report --pool-versions`` pools them.
+    """
+    scope = (scope or RecordScope()).model_copy(update={"newest": True})
     grouped: dict[str, list[VerdictCount]] = defaultdict(list)
     for count in store.verdict_counts(scope):
         grouped[count.metric_id].append(count)

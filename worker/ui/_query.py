@@ -62,10 +62,11 @@ def _when(params: Mapping[str, str], key: str, now: datetime) -> datetime | None
         raise BadQuery(key, "BAD_TIME") from None
 
 
-def record_scope(params: Mapping[str, str], now: datetime | None = None) -> RecordScope | None:
-    """The store-side scope of the scope parameters (None when nothing narrows)."""
+def record_scope(params: Mapping[str, str], now: datetime | None = None) -> RecordScope:
+    """The store-side scope of the scope parameters: like ``evalq report``, each unit counted
+    once per metric-set version, with its newest evaluation (``RecordScope.newest``)."""
     moment = now or datetime.now(UTC)
-    scope = RecordScope(
+    return RecordScope(
         since=_when(params, "since", moment),
         until=_when(params, "until", moment),
         agent_version=_text(params, "agent_version"),
@@ -73,8 +74,8 @@ def record_scope(params: Mapping[str, str], now: datetime | None = None) -> Reco
         tool=_text(params, "tool"),
         metric_set_version=_text(params, "metric_set_version"),
         backfill_id=_text(params, "backfill"),
+        newest=True,
     )
-    return None if scope == RecordScope() else scope
 
 
 def _passed(params: Mapping[str, str]) -> bool | None:
