@@ -47,7 +47,7 @@ def _version(rt: Runtime) -> str:
 
 
 def test_a_retry_is_recorded_once_as_its_attempt_and_linked(store: Store) -> None:
-    """Attempt 2 gets its own record linked to attempt 1; two more copies ask no judge."""
+    """Attempt 2 gets its own record linked to attempt 1; copies ask no judge; no send added."""
     judge = CountingJudge(delay_s=0.0)
     rt = Runtime(load_settings(processes=1), store=store, judge=judge)
     snapshot = _snapshot("retry")
@@ -69,6 +69,7 @@ def test_a_retry_is_recorded_once_as_its_attempt_and_linked(store: Store) -> Non
     assert second.record.run == "attempt:2"
     assert second.record.lane == "backfill"
     assert second.previous_evaluation_id == evaluation_id_for(snapshot.snapshot_id, version)
+    assert len(store.sends(snapshot.snapshot_id)) == 1  # the first send only: a retry is none
 
 
 def test_a_retry_for_another_version_is_this_versions_first_attempt(store: Store) -> None:
