@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -91,6 +92,17 @@ def test_evalq_retry_yields_one_linked_evaluation_per_snapshot(
         assert again.returncode == 0, again.stderr
         assert "nothing to retry" in again.stdout
         assert store.count_evaluations() == 8
+        _assert_report_counts_each_snapshot_once(knobs, len(snapshots))
+
+
+def _assert_report_counts_each_snapshot_once(knobs: dict[str, str], count: int) -> None:
+    """The report counts each snapshot once, with its newest (recovered) results."""
+    report = json.loads(evalq("report", "--json", settings=knobs).stdout)
+    assert report["snapshots"] == report["evaluations"] == count
+    assert report["superseded_evaluations"] == count
+    grounded = report["metrics"]["grounded"]
+    assert grounded["total"] == count
+    assert grounded["by_reason"] == {"ALL_CLAIMS_REQUIRED": count}  # no BACKEND_ERROR left
 
 
 def test_evalq_retry_counts_purged_content_as_not_retryable(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from worker.canonical_json import canonical_json
+from producer.snapshot import content_id
 from worker.store import (
     APPEND_ONLY_TABLES,
     AskedQuestion,
@@ -90,7 +89,7 @@ def twin_snapshots() -> tuple[SnapshotRecord, SnapshotRecord]:
     n = 0
     while True:
         text = f"twin-{n}"
-        digest = hashlib.sha256(canonical_json(wire(text=text)).encode("utf-8")).hexdigest()
+        digest = content_id(wire(text=text))
         if digest[:8] in seen:
             return snapshot_record(text=seen[digest[:8]]), snapshot_record(text=text)
         seen[digest[:8]] = text
