@@ -25,7 +25,7 @@ from worker.app import create_app
 from worker.committer import Committer, _Pending
 from worker.consumer import Intake
 from worker.settings import load_settings
-from worker.store import EvaluationRecord, SnapshotText, Written
+from worker.store import Written
 
 __all__ = ["VARIANTS", "app"]
 
@@ -49,16 +49,13 @@ if "commit-linger" in VARIANTS:
         await asyncio.sleep(_LINGER_S)
         await self._drain()
 
-    async def _write(
-        self: Committer, record: EvaluationRecord, content: SnapshotText | None, *, urgent: bool
-    ) -> Written:
-        written: asyncio.Future[Written] = self.rt.loop.create_future()
-        self._pending.append(_Pending(record, content, urgent, written))
+    async def _queue(self: Committer, pending: _Pending) -> Written | None:
+        self._pending.append(pending)
         if self._writer is None or self._writer.done():
             self._writer = self.rt.loop.create_task(_lingering_drain(self))
-        return await written
+        return await pending.written
 
-    Committer.write = _write  # type: ignore[method-assign]
+    Committer._queue = _queue  # type: ignore[method-assign]
 
 _store_counts.install()
 app = create_app(load_settings())

@@ -426,6 +426,12 @@ class _Message:
     verdict: asyncio.Future[Verdict]
     jobs: list[_Job] = field(default_factory=list)
     writes: list[asyncio.Future[Any]] = field(default_factory=list)
+    sends: tuple[SendRecord, ...] = ()  # written with its first evaluation, or alone
+
+    def take_sends(self) -> tuple[SendRecord, ...]:
+        """The sends not yet handed to the committer (each message hands them over once)."""
+        sends, self.sends = self.sends, ()
+        return sends
 
 
 class Handler:
@@ -503,15 +509,10 @@ class Handler:
         # count it as a duplicate send).
         if message.jobs and not retry:
             send_id = message.delivery.send_id
-            sends = [
+            message.sends = tuple(
                 SendRecord.of(j.snapshot_id, j.content.meta, send_id, j.lane.value)
                 for j in message.jobs
-            ]
-            write = self._write_later(self.rt.store.record_sends, sends)
-            # Its failure is the message's (REQUEUE); retrieved here too, for the messages a
-            # failed skip-if-done read settles before their writes are gathered.
-            write.add_done_callback(_retrieve)
-            message.writes.append(write)
+            )
 
     def _job(self, item: Any, lane: Lane | None) -> _Job:
         """Decode, check the window and resolve the metric set (``RefusedError`` with a code)."""
@@ -558,6 +559,7 @@ class Handler:
             return
         self.committer.read_ok()
         for message in messages:
+            carried = False  # whether one of its own evaluations will carry its sends
             for job in message.jobs:
                 if job.evaluation_id in done:
                     _log.info(
@@ -568,22 +570,33 @@ class Handler:
                     )
                     metrics.observe_duplicate(job.lane.value)
                 else:
-                    message.writes.append(self._evaluation_of(job, message))
+                    evaluation, started = self._evaluation_of(job, message)
+                    message.writes.append(evaluation)
+                    carried = carried or started
+            if message.sends and not carried:
+                message.writes.append(asyncio.ensure_future(self._sends_alone(message)))
             self._settle_when_written(message)
 
-    def _evaluation_of(self, job: _Job, message: _Message) -> asyncio.Future[Any]:
-        """The evaluation of ``job``: the one under way for the same id, or a new one."""
+    async def _sends_alone(self, message: _Message) -> None:
+        sends = message.take_sends()
+        if sends:
+            lane = message.delivery.lane or Lane.BACKFILL
+            await self.committer.send(sends, urgent=lane is Lane.LIVE)
+
+    def _evaluation_of(self, job: _Job, message: _Message) -> tuple[asyncio.Future[Any], bool]:
+        """The evaluation of ``job`` — the one under way for the same id, or a new one — and
+        whether it is new (then it carries the message's sends)."""
         under_way = self._under_way.get(job.evaluation_id)
         if under_way is not None and not under_way.done():
             _log.info(
                 "already being evaluated: %s (trace %s)", job.snapshot_id[:16], job.trace_label
             )
             metrics.observe_duplicate(job.lane.value)
-            return under_way
+            return under_way, False
         started = asyncio.ensure_future(self._evaluated(job, message))
         self._under_way[job.evaluation_id] = started
         started.add_done_callback(lambda _: self._under_way.pop(job.evaluation_id, None))
-        return started
+        return started, True
 
     async def _existing(self, evaluation_ids: list[str]) -> frozenset[str]:
         return await self.rt.in_store_thread(self.rt.store.existing_evaluations, evaluation_ids)
@@ -607,8 +620,11 @@ class Handler:
                 raw,
             )
             metrics.observe_dead_letter(DeadLetterCode.INTERNAL_ERROR.value, job.lane.value)
+            await self._sends_alone(message)
             return
-        written = await self.committer.write(record, job.content, urgent=job.lane is Lane.LIVE)
+        written = await self.committer.write(
+            record, job.content, urgent=job.lane is Lane.LIVE, sends=message.take_sends()
+        )
         _observe(job, record, finished.report, written.created)
         if written.created and self.events is not None:
             _emit(self.events, job, record)
@@ -691,12 +707,6 @@ def _verdict_of(done: asyncio.Future[list[Any]]) -> Verdict:
         else:
             _log.error("store could not record: %s; message requeued", code)
     return Verdict.REQUEUE if failures else Verdict.ACK
-
-
-def _retrieve(done: asyncio.Future[Any]) -> None:
-    """Mark a write's exception as seen (it is logged by code where the verdict is made)."""
-    if not done.cancelled():
-        done.exception()
 
 
 def _settle(verdict: asyncio.Future[Verdict], value: Verdict) -> None:

@@ -54,8 +54,8 @@ class FailingStore:
         self.code = code
         self.calls = 0
 
-    def record_evaluations(self, items: Any, urgent: bool = False) -> Any:
-        del items, urgent
+    def record_evaluations(self, items: Any, urgent: bool = False, sends: Any = ()) -> Any:
+        del items, urgent, sends
         self.calls += 1
         raise TransientStoreError(self.code)
 

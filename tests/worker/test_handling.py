@@ -7,6 +7,7 @@ a real runtime (its own loop thread) with a real SQLite store, and the verdicts 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -82,10 +83,10 @@ class CountingStore:
         self.groups: list[int] = []
 
     def record_evaluations(
-        self, items: Sequence[EvaluationItem], urgent: bool = False
+        self, items: Sequence[EvaluationItem], urgent: bool = False, sends: Sequence[Any] = ()
     ) -> list[Written]:
         self.groups.append(len(items))
-        return self._store.record_evaluations(items, urgent)
+        return self._store.record_evaluations(items, urgent, sends)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -163,6 +164,29 @@ def test_records_that_finish_together_share_a_transaction(store: Store) -> None:
     assert max(counting.groups) > 1
 
 
+def test_sends_ride_in_their_evaluations_transaction(store: Store) -> None:
+    """Eight live messages: eight sends, and no transaction beyond the evaluations' own."""
+    counting = CountingStore(store)
+    rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
+    snapshots = _snapshots(8, "ride")
+    try:
+        first = _handle(rt, [_evaluate(s.wire()) for s in snapshots])
+        groups_first = list(counting.groups)
+        resent = [  # new messages (their own task ids) of snapshots already evaluated
+            dataclasses.replace(_evaluate(s.wire()), message_id=f"resend-{i}")
+            for i, s in enumerate(snapshots[:2])
+        ]
+        again = _handle(rt, resent)
+    finally:
+        rt.close()
+    assert first == [Verdict.ACK] * 8
+    assert again == [Verdict.ACK] * 2
+    assert sum(groups_first) == 8  # every transaction of the first round held evaluations
+    assert all(size > 0 for size in groups_first)
+    assert counting.groups[len(groups_first) :] == [0]  # the resends: one sends-only group
+    assert sum(len(store.sends(s.snapshot_id)) for s in snapshots) == 10
+
+
 def test_live_records_go_before_waiting_backfill_records(store: Store) -> None:
     """The committer's next group is the live records, alone, even when backfill ones wait first."""
     rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
@@ -182,8 +206,7 @@ async def _take_order(committer: Committer) -> list[list[bool]]:
 
     loop = asyncio.get_running_loop()
     committer._pending = [
-        _Pending(None, None, urgent, loop.create_future())  # type: ignore[arg-type]
-        for urgent in [False] * 10 + [True] * 2
+        _Pending(None, None, urgent, loop.create_future()) for urgent in [False] * 10 + [True] * 2
     ]
     groups = []
     while committer._pending:
@@ -290,12 +313,12 @@ class FlakyStore(CountingStore):
         self.failures = failures
 
     def record_evaluations(
-        self, items: Sequence[EvaluationItem], urgent: bool = False
+        self, items: Sequence[EvaluationItem], urgent: bool = False, sends: Sequence[Any] = ()
     ) -> list[Written]:
         if self.failures:
             self.failures -= 1
             raise TransientStoreError("STORE_UNAVAILABLE")
-        return super().record_evaluations(items, urgent)
+        return super().record_evaluations(items, urgent, sends)
 
 
 def test_a_transient_store_failure_is_held_and_retried_never_acked_unwritten(store: Store) -> None:

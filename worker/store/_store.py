@@ -113,9 +113,17 @@ __all__ = ["Store", "failure_line", "open_store", "store_location"]
 T = TypeVar("T")
 
 
-def _bulk_write(batch: PreparedBatch) -> Callable[[Tx], list[Written]]:
+def _bulk_write(
+    batch: PreparedBatch, sends: tuple[SendRecord, ...] = ()
+) -> Callable[[Tx], list[Written]]:
     # Stamped inside the transaction, after the write lock is held, as record_evaluation does.
-    return lambda tx: write_evaluations(tx, batch, _now())
+    def work(tx: Tx) -> list[Written]:
+        now = _now()
+        if sends:
+            write_sends(tx, sends, now)
+        return write_evaluations(tx, batch, now)
+
+    return work
 
 
 def _now() -> datetime:
@@ -212,9 +220,15 @@ class Store:
         return self._run(lambda tx: write_evaluation(tx, record, snapshot, _now()))
 
     def record_evaluations(
-        self, items: Sequence[EvaluationItem], urgent: bool = False
+        self,
+        items: Sequence[EvaluationItem],
+        urgent: bool = False,
+        sends: Sequence[SendRecord] = (),
     ) -> list[Written]:
         """Record many ``(evaluation, snapshot or None)`` pairs, in input order.
+
+        ``sends`` (as :meth:`record_sends`) are written in the first transaction, so a group
+        commit records its messages' provenance without a transaction of its own.
 
         ``urgent`` (a group of live records) writes in the urgent writer turn on SQLite, ahead of
         waiting backfill batches; it changes nothing on PostgreSQL.
@@ -231,9 +245,13 @@ class Store:
                 raise ValueError("the snapshot passed is not the one the evaluation names")
         size = self._backend.bulk_rows or max(1, len(items))
         written: list[Written] = []
+        pending = tuple(sends)
+        if not items and pending:
+            self._run(lambda tx: write_sends(tx, pending, _now()), bulk=not urgent)
         for start in range(0, len(items), size):
             batch = prepare_evaluations(items[start : start + size])  # rows built before the lock
-            written.extend(self._run(_bulk_write(batch), bulk=not urgent))
+            written.extend(self._run(_bulk_write(batch, pending), bulk=not urgent))
+            pending = ()  # with the first transaction only
         return written
 
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
