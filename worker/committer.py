@@ -50,6 +50,7 @@ from worker.store import (
     PermanentStoreError,
     SendRecord,
     SnapshotText,
+    StoreCode,
     StoreError,
     TransientStoreError,
     Written,
@@ -64,7 +65,7 @@ GROUP_ROWS = 64
 HOLD_MAX_S = 60.0
 """Default of ``EVALQ_STORE_HOLD_S``: how long a transient store failure is retried with
 back-off before the process halts."""
-_REPLACED = "STORE_REPLACED"
+_REPLACED = StoreCode.STORE_REPLACED
 
 
 @dataclass

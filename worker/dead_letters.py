@@ -190,7 +190,7 @@ def _accepted_snapshot(item: Any) -> Snapshot:
     try:
         snapshot = Snapshot.model_validate(item)
     except ValidationError:
-        raise _StillInvalidError("SCHEMA_INVALID") from None
+        raise _StillInvalidError(DeadLetterCode.SCHEMA_INVALID) from None
     _sendable_json(snapshot)
     try:
         snapshot.trace()
@@ -199,7 +199,7 @@ def _accepted_snapshot(item: Any) -> Snapshot:
     except (ValueError, RecursionError):
         raise _StillInvalidError("TRACE_INVALID") from None
     if snapshot.metric_set not in METRIC_SETS:
-        raise _StillInvalidError("UNKNOWN_METRIC_SET")
+        raise _StillInvalidError(DeadLetterCode.UNKNOWN_METRIC_SET)
     return snapshot
 
 

@@ -32,6 +32,7 @@ from worker.store import (
     RetryCandidate,
     RetryQuery,
     Store,
+    StoreCode,
 )
 
 __all__ = [
@@ -52,8 +53,10 @@ _SHOWN = 20  # not-retryable examples a summary keeps
 class NotRetryable(enum.StrEnum):
     """Why a snapshot whose newest attempt failed is not re-enqueued."""
 
-    CONTENT_NOT_KEPT = "CONTENT_NOT_KEPT"  # evalq purge expired its content: nothing to send
-    CONTENT_MISMATCH = "CONTENT_MISMATCH"  # its stored content fails its hash
+    CONTENT_NOT_KEPT = (
+        StoreCode.CONTENT_NOT_KEPT.value
+    )  # evalq purge expired its content: nothing to send
+    CONTENT_MISMATCH = StoreCode.CONTENT_MISMATCH.value  # its stored content fails its hash
     MAX_ATTEMPTS = "MAX_ATTEMPTS"  # the contract's (or the policy's) last attempt failed
     NOT_AN_ATTEMPT = "NOT_AN_ATTEMPT"  # a run named like an attempt that is not one
 

@@ -24,6 +24,7 @@ from producer.topology import TASK_NAMES
 from worker import runtime
 from worker.dead_letters import raw_bytes
 from worker.handling import Delivery, Handler, Verdict
+from worker.store import StoreCode
 
 __all__ = ["register"]
 
@@ -37,7 +38,7 @@ def _handle(task: Task[Any, Any], *args: Any, **kwargs: Any) -> None:
     delivery = Delivery(task.name, args, kwargs, lane=None, raw=raw, message_id=message_id)
     (verdict,) = rt.call(Handler(rt).handle([delivery]), timeout_s=rt.settings.longest_task_s)
     if verdict is Verdict.REQUEUE:
-        raise Reject("STORE_UNAVAILABLE", requeue=True)
+        raise Reject(StoreCode.STORE_UNAVAILABLE.value, requeue=True)
 
 
 def register(app: Celery) -> None:

@@ -22,8 +22,8 @@ from tests.store._store_helpers import (
     twin_snapshots,
 )
 from worker.cli import app
-from worker.cli._show import AMBIGUOUS_SNAPSHOT_ID, BAD_SNAPSHOT_ID, UNKNOWN_SNAPSHOT
-from worker.store import open_store, text_sha256
+from worker.cli._show import AMBIGUOUS_SNAPSHOT_ID, BAD_SNAPSHOT_ID
+from worker.store import StoreCode, open_store, text_sha256
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
@@ -140,7 +140,7 @@ def test_an_unknown_snapshot_exits_2_naming_it(any_store_url: str, snapshot_id: 
         done = _run(any_store_url, wanted)
         assert done.exit_code == 2
         assert done.output.startswith(f"snapshot {wanted}: not in the store at ")
-        assert done.output.rstrip().endswith(f"({UNKNOWN_SNAPSHOT})")
+        assert done.output.rstrip().endswith(f"({StoreCode.UNKNOWN_SNAPSHOT})")
         assert "Traceback" not in done.output
 
 

@@ -17,8 +17,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+# emoji=False: Rich turns ":x:" into an emoji even with markup off, and trace ids, reasons or
+# question texts printed by the commands must come out as they are stored.
+out = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 
 def _print_version(wanted: bool) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -36,13 +36,10 @@ __all__ = [
     "EPILOG",
     "JSON_VERSION",
     "MAX_EVALUATIONS",
-    "UNKNOWN_SNAPSHOT",
     "document",
     "show",
 ]
 
-UNKNOWN_SNAPSHOT = "UNKNOWN_SNAPSHOT"
-"""No snapshot in the store has this id (or starts with this prefix)."""
 AMBIGUOUS_SNAPSHOT_ID = "AMBIGUOUS_SNAPSHOT_ID"
 """A prefix that starts more than one stored snapshot id."""
 BAD_SNAPSHOT_ID = "BAD_SNAPSHOT_ID"
@@ -81,7 +78,7 @@ def show(
         review = opened.snapshot_review(full, MAX_EVALUATIONS)
         location = opened.location
     if review is None:
-        invalid(f"snapshot {full}: not in the store at {location} ({UNKNOWN_SNAPSHOT})")
+        _unknown(full, location)
     if as_json:
         sys.stdout.write(json.dumps(document(review), sort_keys=True, ensure_ascii=False) + "\n")
         return
@@ -114,7 +111,13 @@ def _resolve(opened: Store, wanted: str) -> str:
             f"snapshot {wanted}: the prefix matches more than one snapshot; give more digits "
             f"({AMBIGUOUS_SNAPSHOT_ID})"
         )
-    return invalid(f"snapshot {wanted}: not in the store at {opened.location} ({UNKNOWN_SNAPSHOT})")
+    return _unknown(wanted, opened.location)
+
+
+def _unknown(wanted: str, location: str) -> NoReturn:
+    from worker.store import StoreCode  # noqa: PLC0415 - fast --help
+
+    invalid(f"snapshot {wanted}: not in the store at {location} ({StoreCode.UNKNOWN_SNAPSHOT})")
 
 
 # --- the JSON document -------------------------------------------------------------------------
@@ -230,7 +233,10 @@ def lines(review: SnapshotReview) -> list[str]:
     snap = doc["snapshot"]
     event = snap["unit_event_id"]
     unit = snap["unit_kind"] + ("" if event is None else f" {event}")
-    content = "kept" if snap["content_kept"] else "expired by a purge (CONTENT_NOT_KEPT)"
+    from worker.store import StoreCode  # noqa: PLC0415 - fast --help
+
+    expired = f"expired by a purge ({StoreCode.CONTENT_NOT_KEPT})"
+    content = "kept" if snap["content_kept"] else expired
     result = [
         f"snapshot {snap['snapshot_id']}",
         f"  trace {snap['trace_id']}  unit {unit}  {_window_text(snap['window'])}",

@@ -142,7 +142,13 @@ from ._browse import (
     SnapshotReview,
     VerdictCount,
 )
-from ._errors import AppendOnlyError, PermanentStoreError, StoreError, TransientStoreError
+from ._errors import (
+    AppendOnlyError,
+    PermanentStoreError,
+    StoreCode,
+    StoreError,
+    TransientStoreError,
+)
 from ._listing import ListedResult, ResultCursor, ResultQuery
 from ._newest import IS_ATTEMPT, NEWEST_ATTEMPT, RetryCandidate, RetryQuery
 from ._reads import (
@@ -236,6 +242,7 @@ __all__ = [
     "SnapshotText",
     "StatusName",
     "Store",
+    "StoreCode",
     "StoreError",
     "StoredEvaluation",
     "StoredSnapshot",

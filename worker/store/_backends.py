@@ -22,7 +22,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-from ._errors import PermanentStoreError, TransientStoreError
+from ._errors import PermanentStoreError, StoreCode, TransientStoreError
 from ._turns import WriterTurns
 
 __all__ = [
@@ -188,7 +188,7 @@ class SqliteBackend:
     unlinked inode, and their messages would be acked (measured: 0 of 1,000 records visible
     after a restart). SQLite's own check (``SQLITE_READONLY_DBMOVED``) only runs when a rollback
     journal opens, never in WAL mode. Once detected, every transaction of this backend raises
-    ``TransientStoreError("STORE_REPLACED")`` (messages stay unacked) until the process is
+    ``TransientStoreError(StoreCode.STORE_REPLACED)`` (messages stay unacked) until the process is
     restarted and opens, and migrates, whatever file is there now.
     """
 
@@ -200,7 +200,7 @@ class SqliteBackend:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # unwritable or not a directory: nothing can be recorded there
-            raise TransientStoreError("STORE_UNAVAILABLE", type(exc).__name__) from None
+            raise TransientStoreError(StoreCode.STORE_UNAVAILABLE, type(exc).__name__) from None
         self._busy_timeout_s = busy_timeout_s
         self._turns = WriterTurns(self._path, timeout_s=busy_timeout_s)
         self._closed = False
@@ -229,7 +229,7 @@ class SqliteBackend:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if mode is None or str(mode[0]).lower() != "wal":
             conn.close()
-            raise PermanentStoreError("WAL_UNAVAILABLE", "the file system refused WAL mode")
+            raise PermanentStoreError(StoreCode.WAL_UNAVAILABLE, "the file system refused WAL mode")
         for pragma in _SQLITE_PRAGMAS:
             conn.execute(pragma)
         identity = _file_identity(self._path)
@@ -259,7 +259,7 @@ class SqliteBackend:
             return conn
         with self._guard:
             if self._closed:
-                raise PermanentStoreError("STORE_CLOSED")
+                raise PermanentStoreError(StoreCode.STORE_CLOSED)
             conn = self._connect()
             self._connections.append(conn)
         self._local.conn = conn
@@ -304,7 +304,9 @@ class SqliteBackend:
 
 
 def _replaced_error() -> TransientStoreError:
-    return TransientStoreError("STORE_REPLACED", "the database file was deleted or replaced")
+    return TransientStoreError(
+        StoreCode.STORE_REPLACED, "the database file was deleted or replaced"
+    )
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------
@@ -423,7 +425,7 @@ class PostgresBackend:
             self._reset()  # the parent's pool and its threads are not ours
         with self._guard:
             if self._closed:
-                raise PermanentStoreError("STORE_CLOSED")
+                raise PermanentStoreError(StoreCode.STORE_CLOSED)
             if self._pool is None:
                 self._pool = self._new_pool()
             return self._pool

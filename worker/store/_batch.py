@@ -27,7 +27,7 @@ from typing import Any
 
 from ._audit import AuditRows, audit_rows, insert_audit_rows
 from ._backends import Tx
-from ._errors import PermanentStoreError
+from ._errors import PermanentStoreError, StoreCode
 from ._records import EvaluationRecord, StoredSnapshot, Written
 from ._writes import (
     _INSERT_CONTENT,
@@ -153,7 +153,7 @@ def _stored_facts(tx: Tx, snapshot_ids: list[str]) -> dict[str, _Facts]:
         cutoff_time FROM snapshots WHERE snapshot_id IN ({ids})"""
     found = {str(row[0]): _Facts(*row[1:]) for row in _in_rows(tx, sql, snapshot_ids)}
     if len(found) < len(snapshot_ids):
-        raise PermanentStoreError("UNKNOWN_SNAPSHOT", "record the snapshot first")
+        raise PermanentStoreError(StoreCode.UNKNOWN_SNAPSHOT, "record the snapshot first")
     for key in sorted({_trace_key(f.trace_id) for f in found.values()}):
         tx.lock(key)
     return found

@@ -7,6 +7,7 @@ and SQLSTATE: never the driver's text, which may quote SQL, values or host names
 
 from __future__ import annotations
 
+import enum
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,10 +18,49 @@ from psycopg_pool import PoolClosed, PoolTimeout
 __all__ = [
     "AppendOnlyError",
     "PermanentStoreError",
+    "StoreCode",
     "StoreError",
     "TransientStoreError",
     "translating",
 ]
+
+
+class StoreCode(enum.StrEnum):
+    """Every reason code the store's errors and readers carry, defined once."""
+
+    #: the store was closed in this process
+    STORE_CLOSED = "STORE_CLOSED"
+    #: the database cannot be reached or opened right now (transient)
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    #: the database failed the call for a reason no retry mends
+    STORE_FAILED = "STORE_FAILED"
+    #: no writer turn or lock within the busy timeout (transient)
+    STORE_BUSY = "STORE_BUSY"
+    #: the SQLite file was deleted or replaced under the process (transient, never held: it halts)
+    STORE_REPLACED = "STORE_REPLACED"
+    #: the disk (or SQLite's page limit) is full (transient)
+    STORE_FULL = "STORE_FULL"
+    #: an I/O error (transient)
+    STORE_IO_ERROR = "STORE_IO_ERROR"
+    #: the role may not do this (e.g. DDL by an INSERT/SELECT role)
+    STORE_PERMISSION_DENIED = "STORE_PERMISSION_DENIED"
+    #: an UPDATE or DELETE the append-only triggers refused
+    APPEND_ONLY = "APPEND_ONLY"
+    #: the schema is old or missing and this role cannot create it
+    SCHEMA_NOT_MIGRATED = "SCHEMA_NOT_MIGRATED"
+    #: the database was migrated by a newer evalq
+    SCHEMA_TOO_NEW = "SCHEMA_TOO_NEW"
+    #: the file system refused SQLite's WAL mode
+    WAL_UNAVAILABLE = "WAL_UNAVAILABLE"
+    #: no snapshot with this id (or prefix) is stored
+    UNKNOWN_SNAPSHOT = "UNKNOWN_SNAPSHOT"
+    #: no dead letter with this id is stored
+    UNKNOWN_DEAD_LETTER = "UNKNOWN_DEAD_LETTER"
+    #: a stored snapshot content fails its hash
+    CONTENT_MISMATCH = "CONTENT_MISMATCH"
+    #: a purge expired the snapshot's content (its records stay)
+    CONTENT_NOT_KEPT = "CONTENT_NOT_KEPT"
+
 
 APPEND_ONLY_SQLSTATE = "EQ001"
 """SQLSTATE raised by the PostgreSQL append-only trigger function (a code of our own)."""
@@ -37,9 +77,9 @@ _SQLITE_TRANSIENT = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # or was moved: nothing was committed and nothing about the message is wrong, so it must stay
 # unacked (requeued with back-off), never become a dead letter.
 _SQLITE_RESOURCE = {
-    sqlite3.SQLITE_FULL: "STORE_FULL",
-    sqlite3.SQLITE_IOERR: "STORE_IO_ERROR",
-    sqlite3.SQLITE_CANTOPEN: "STORE_UNAVAILABLE",
+    sqlite3.SQLITE_FULL: StoreCode.STORE_FULL,
+    sqlite3.SQLITE_IOERR: StoreCode.STORE_IO_ERROR,
+    sqlite3.SQLITE_CANTOPEN: StoreCode.STORE_UNAVAILABLE,
 }
 _SQLITE_READONLY_DBMOVED = 1032  # SQLITE_READONLY | (4 << 8): the file was renamed or unlinked
 
@@ -71,9 +111,9 @@ class AppendOnlyError(PermanentStoreError):
 
 
 _PG_BY_STATE: dict[str, tuple[type[StoreError], str]] = {
-    APPEND_ONLY_SQLSTATE: (AppendOnlyError, "APPEND_ONLY"),
-    _PG_DISK_FULL: (TransientStoreError, "STORE_FULL"),
-    _PG_DENIED: (PermanentStoreError, "STORE_PERMISSION_DENIED"),
+    APPEND_ONLY_SQLSTATE: (AppendOnlyError, StoreCode.APPEND_ONLY),
+    _PG_DISK_FULL: (TransientStoreError, StoreCode.STORE_FULL),
+    _PG_DENIED: (PermanentStoreError, StoreCode.STORE_PERMISSION_DENIED),
 }
 
 
@@ -81,17 +121,17 @@ def _from_psycopg(exc: psycopg.Error) -> StoreError:
     state = exc.sqlstate
     detail = f"{type(exc).__module__}.{type(exc).__name__}, sqlstate {state}"
     if isinstance(exc, PoolClosed):
-        return PermanentStoreError("STORE_CLOSED", detail)
+        return PermanentStoreError(StoreCode.STORE_CLOSED, detail)
     if (known := _PG_BY_STATE.get(state or "")) is not None:
         kind, code = known
         return kind(code, detail)
     if state in _TRANSIENT_SQLSTATES or (state is not None and state[:2] in _TRANSIENT_CLASSES):
-        return TransientStoreError("STORE_UNAVAILABLE", detail)
+        return TransientStoreError(StoreCode.STORE_UNAVAILABLE, detail)
     # No SQLSTATE on an OperationalError means the client lost or never got a connection
     # (refused, reset, pool timeout): the server may well be back soon.
     if state is None and isinstance(exc, psycopg.OperationalError | PoolTimeout):
-        return TransientStoreError("STORE_UNAVAILABLE", detail)
-    return PermanentStoreError("STORE_FAILED", detail)
+        return TransientStoreError(StoreCode.STORE_UNAVAILABLE, detail)
+    return PermanentStoreError(StoreCode.STORE_FAILED, detail)
 
 
 def _from_sqlite(exc: sqlite3.Error) -> StoreError:
@@ -99,16 +139,16 @@ def _from_sqlite(exc: sqlite3.Error) -> StoreError:
     code = getattr(exc, "sqlite_errorcode", None)
     detail = f"sqlite3.{type(exc).__name__}, {name}"
     if name == "SQLITE_CONSTRAINT_TRIGGER":
-        return AppendOnlyError("APPEND_ONLY", detail)
+        return AppendOnlyError(StoreCode.APPEND_ONLY, detail)
     if code is None:
-        return PermanentStoreError("STORE_FAILED", detail)
+        return PermanentStoreError(StoreCode.STORE_FAILED, detail)
     if code & 0xFF in _SQLITE_TRANSIENT:
-        return TransientStoreError("STORE_BUSY", detail)
+        return TransientStoreError(StoreCode.STORE_BUSY, detail)
     if code == _SQLITE_READONLY_DBMOVED:
-        return TransientStoreError("STORE_REPLACED", detail)
+        return TransientStoreError(StoreCode.STORE_REPLACED, detail)
     if (reason := _SQLITE_RESOURCE.get(code & 0xFF)) is not None:
         return TransientStoreError(reason, detail)
-    return PermanentStoreError("STORE_FAILED", detail)
+    return PermanentStoreError(StoreCode.STORE_FAILED, detail)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from worker.canonical_json import FrozenJson
 
 from ._audit import audits_of
 from ._backends import Row, Tx
-from ._errors import PermanentStoreError
+from ._errors import PermanentStoreError, StoreCode
 from ._records import (
     Checkpoint,
     DeadLetter,
@@ -86,7 +86,9 @@ def snapshot(tx: Tx, snapshot_id: str) -> SnapshotRecord | None:
         return None
     record = SnapshotRecord(content=json.loads(row[0]))
     if snapshot_id not in (record.snapshot_id, record.legacy_id):
-        raise PermanentStoreError("CONTENT_MISMATCH", "stored snapshot content fails its hash")
+        raise PermanentStoreError(
+            StoreCode.CONTENT_MISMATCH, "stored snapshot content fails its hash"
+        )
     return record
 
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from ._backends import Tx
-from ._errors import APPEND_ONLY_SQLSTATE, PermanentStoreError
+from ._errors import APPEND_ONLY_SQLSTATE, PermanentStoreError, StoreCode
 
 __all__ = [
     "APPEND_ONLY_TABLES",
@@ -405,7 +405,7 @@ def _recorded_versions(tx: Tx, dialect: Dialect) -> set[int] | None:
 
 def _check_not_newer(versions: set[int] | None) -> None:
     if versions and max(versions) > SCHEMA_VERSION:
-        raise PermanentStoreError("SCHEMA_TOO_NEW", f"database has version {max(versions)}")
+        raise PermanentStoreError(StoreCode.SCHEMA_TOO_NEW, f"database has version {max(versions)}")
 
 
 def schema_is_current(tx: Tx, dialect: Dialect) -> bool:

@@ -38,7 +38,7 @@ from ._browse import (
     snapshot_review,
     verdict_counts,
 )
-from ._errors import PermanentStoreError, TransientStoreError, translating
+from ._errors import PermanentStoreError, StoreCode, TransientStoreError, translating
 from ._listing import ListedResult, ResultCursor, ResultQuery, listed_reasons, result_listing
 from ._newest import RetryCandidate, RetryQuery, newest_evaluation_id, retry_candidate_page
 from ._reads import (
@@ -132,7 +132,7 @@ def _now() -> datetime:
 
 def _retry_here(exc: Exception) -> bool:
     """Transient errors worth retrying inside the call (a replaced file never comes back)."""
-    return isinstance(exc, TransientStoreError) and exc.code != "STORE_REPLACED"
+    return isinstance(exc, TransientStoreError) and exc.code != StoreCode.STORE_REPLACED
 
 
 class Store:
@@ -189,9 +189,11 @@ class Store:
         try:
             return self._run(lambda tx: migrate(tx, dialect))
         except PermanentStoreError as exc:
-            if exc.code != "STORE_PERMISSION_DENIED":
+            if exc.code != StoreCode.STORE_PERMISSION_DENIED:
                 raise
-            raise PermanentStoreError("SCHEMA_NOT_MIGRATED", "run evalq store migrate") from None
+            raise PermanentStoreError(
+                StoreCode.SCHEMA_NOT_MIGRATED, "run evalq store migrate"
+            ) from None
 
     def schema_is_current(self) -> bool:
         """Whether this version's schema is recorded (``SCHEMA_TOO_NEW`` if a newer one is)."""
@@ -617,7 +619,7 @@ def open_store(
     Connections open lazily and again after a fork, so opening before forking is safe.
 
     The database is reached once first (:meth:`Store.probe`, no retries): an unreachable store
-    raises ``TransientStoreError("STORE_UNAVAILABLE")`` within ``connect_timeout_s`` (libpq
+    raises ``TransientStoreError(StoreCode.STORE_UNAVAILABLE)`` within ``connect_timeout_s`` (libpq
     rounds it up to whole seconds, at least 2). ``migrate=True`` then creates or upgrades the
     schema unless it is current (:meth:`Store.migrate`).
     """
@@ -657,5 +659,5 @@ def failure_line(url: str, code: str) -> str:
         where = store_location(url)
     except ValueError:
         return f"{SETTING}: the store URL is invalid ({code})"
-    problem = "is unreachable" if code == "STORE_UNAVAILABLE" else "cannot be used"
+    problem = "is unreachable" if code == StoreCode.STORE_UNAVAILABLE else "cannot be used"
     return f"{SETTING}: {where} {problem} ({code})"

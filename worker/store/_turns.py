@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ._errors import TransientStoreError
+from ._errors import StoreCode, TransientStoreError
 
 __all__ = ["YIELD_MAX_S", "WriterTurns"]
 
@@ -100,7 +100,7 @@ class WriterTurns:
     def turn(self, *, bulk: bool) -> Iterator[None]:
         """Hold this thread's write turn for the block (``bulk``: yield to urgent writers first).
 
-        Raises ``TransientStoreError("STORE_BUSY")`` when no turn came within the busy timeout.
+        Raises ``TransientStoreError(STORE_BUSY)`` when no turn came within the busy timeout.
         """
         held: tuple[int, ...] = ()
         if self._enabled:
@@ -132,7 +132,7 @@ class WriterTurns:
         if granted:
             return (writer, *held)
         _unlock(held)
-        raise TransientStoreError("STORE_BUSY", "no writer turn within the busy timeout")
+        raise TransientStoreError(StoreCode.STORE_BUSY, "no writer turn within the busy timeout")
 
     def _disable(self) -> None:
         if self._enabled:

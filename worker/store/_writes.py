@@ -17,7 +17,7 @@ from worker.canonical_json import canonical_json, frozen_json, key_json
 from ._attempts import attempt_of
 from ._audit import audit_rows, expire_question_texts, insert_audit_rows, lock_for_expiry
 from ._backends import Tx
-from ._errors import PermanentStoreError
+from ._errors import PermanentStoreError, StoreCode
 from ._records import (
     Checkpoint,
     DeadLetterRecord,
@@ -135,7 +135,7 @@ def _facts(tx: Tx, snapshot_id: str) -> _Facts:
         {"snapshot_id": snapshot_id},
     )
     if not rows:
-        raise PermanentStoreError("UNKNOWN_SNAPSHOT", "record the snapshot first")
+        raise PermanentStoreError(StoreCode.UNKNOWN_SNAPSHOT, "record the snapshot first")
     return _Facts(*rows[0])
 
 
@@ -393,7 +393,7 @@ def write_redrive(tx: Tx, dead_letter_id: str, now: datetime) -> bool:
     """Record that a dead letter was re-enqueued; False if it already was."""
     known = tx.rows("SELECT 1 FROM dead_letters WHERE dead_letter_id = :id", {"id": dead_letter_id})
     if not known:
-        raise PermanentStoreError("UNKNOWN_DEAD_LETTER")
+        raise PermanentStoreError(StoreCode.UNKNOWN_DEAD_LETTER)
     inserted = tx.run(
         "INSERT INTO redrives (dead_letter_id, redriven_at) VALUES (:id, :now)"
         " ON CONFLICT DO NOTHING",

@@ -28,6 +28,7 @@ from worker.store import (
     ResultListRow,
     SnapshotIndex,
     Store,
+    StoreCode,
     StoredEvaluation,
     StoreError,
     VerdictCount,
@@ -191,15 +192,15 @@ def _window(content: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
 def _content(store: Store, index: SnapshotIndex | None) -> tuple[str | None, dict[str, Any]]:
     """(reason code when the content cannot be shown, the content)."""
     if index is None:
-        return "UNKNOWN_SNAPSHOT", {}
+        return StoreCode.UNKNOWN_SNAPSHOT, {}
     if not index.has_content:
-        return "CONTENT_NOT_KEPT", {}
+        return StoreCode.CONTENT_NOT_KEPT, {}
     try:
         record = store.get_snapshot(index.snapshot_id)
     except StoreError as exc:
         return exc.code, {}
     if record is None:  # expired between the two reads
-        return "CONTENT_NOT_KEPT", {}
+        return StoreCode.CONTENT_NOT_KEPT, {}
     content = thaw(record.content)
     return None, content if isinstance(content, dict) else {}
 
