@@ -7,11 +7,13 @@ With ``processes`` > 1 this process supervises that many consumer processes
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 
 from worker.app import create_app
 from worker.auto_retry import automatic_retries
 from worker.lifecycle import PARENT_ENV
+from worker.log_redaction import install_redaction
 from worker.otel_export import require_extra
 from worker.settings import ConfigError, Settings
 from worker.store import StoreError, failure_line, open_store
@@ -62,8 +64,20 @@ def run_worker(settings: Settings, *, hostname: str | None = None) -> int:
     supervised = bool(os.environ.get(PARENT_ENV))
     if not supervised:
         preflight(settings)
+    if settings.processes > 1:
+        _log_like_celery(settings.log_level)
     # The automatic retry pass runs once per worker: in its top process, never in each child.
     with contextlib.nullcontext() if supervised else automatic_retries(settings):
         if settings.processes > 1:
             return Supervisor(settings, hostname).run()
         return create_app(settings).serve(worker_argv(settings, hostname))
+
+
+def _log_like_celery(level: str) -> None:
+    """The supervisor runs no Celery worker, so nothing configures its logging: without this
+    its INFO lines (children started, the retry pass) never reach the worker's log. Redacted
+    as the consumers' logs are (reason codes and exception types, never their text)."""
+    logging.basicConfig(
+        level=level.upper(), format="[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"
+    )
+    install_redaction()

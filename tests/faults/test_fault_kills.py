@@ -187,6 +187,7 @@ def test_sigkill_of_one_consumer_process_of_a_multi_process_worker(
     )
     worker = start_worker(**knobs)
     wait_until(lambda: len(_children(worker.process.pid)) == 2, 60, "two consumer processes")
+    assert "consumer process 1 started" in worker.log  # the supervisor's own INFO lines are logged
     count = 600
     live, backfill = _split_lanes("one-child", count)
     producer = producer_for(redis_url, batch_size=str(BATCH))
