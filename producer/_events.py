@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, field_validator
 
 from worker.canonical_json import FrozenJson
 
-__all__ = ["Contract", "Event", "EventType", "ToolRound", "ToolSpec", "UtcTime"]
+__all__ = ["Contract", "Event", "EventType", "NonBlank", "ToolRound", "ToolSpec", "UtcTime"]
 
 
 def _utc(value: datetime) -> datetime:
@@ -26,10 +26,24 @@ def _utc(value: datetime) -> datetime:
 UtcTime = Annotated[AwareDatetime, AfterValidator(_utc)]
 
 
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be non-blank")
+    return value
+
+
+NonBlank = Annotated[str, AfterValidator(_non_blank)]
+"""A string with something besides whitespace in it (ids and names of the contract)."""
+
+
 class Contract(BaseModel):
     """The base of every contract model: frozen, unknown fields refused."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def wire(self) -> dict[str, Any]:
+        """Plain JSON-mode dict (what goes on the queue)."""
+        return self.model_dump(mode="json")
 
 
 class EventType(StrEnum):

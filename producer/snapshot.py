@@ -41,7 +41,7 @@ from pydantic import (
 from worker.canonical_json import FrozenJson, canonical_json
 from worker.evaluation import Trace
 
-from ._events import Contract, Event, EventType, ToolRound, ToolSpec, UtcTime
+from ._events import Contract, Event, EventType, NonBlank, ToolRound, ToolSpec, UtcTime
 from ._projection import project, session_requests
 from .topology import (
     ENQUEUED_AT_HEADER,
@@ -374,24 +374,13 @@ class OutcomeEvent(Contract):
     """A fact observed after evaluation (refund reversed, complaint). Never mutates records."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    event_id: str
-    trace_id: str
+    event_id: NonBlank
+    trace_id: NonBlank
     session_id: str | None = None
     unit_event_id: str | None = None
-    name: str
+    name: NonBlank
     value: FrozenJson = None
     observed_at: UtcTime
-
-    @field_validator("event_id", "trace_id", "name")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must be non-blank")
-        return value
-
-    def wire(self) -> dict[str, Any]:
-        """Plain JSON-mode dict for the queue."""
-        return self.model_dump(mode="json")
 
 
 class Reevaluation(Contract):
@@ -407,19 +396,8 @@ class Reevaluation(Contract):
 
     schema_version: Literal[1] = SCHEMA_VERSION
     snapshot: Snapshot
-    metric_set_version: str
+    metric_set_version: NonBlank
     attempt: int = Field(ge=2, le=MAX_ATTEMPTS)
-
-    @field_validator("metric_set_version")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must be non-blank")
-        return value
-
-    def wire(self) -> dict[str, Any]:
-        """Plain JSON-mode dict for the queue."""
-        return self.model_dump(mode="json")
 
 
 class TallyCounts(Contract):
@@ -471,19 +449,8 @@ class SamplingTally(Contract):
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
-    tally_id: str
-    producer: str
+    tally_id: NonBlank
+    producer: NonBlank
     started_at: UtcTime
     ended_at: UtcTime
     rows: tuple[TallyRow, ...]
-
-    @field_validator("tally_id", "producer")
-    @classmethod
-    def _non_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must be non-blank")
-        return value
-
-    def wire(self) -> dict[str, Any]:
-        """Plain JSON-mode dict for the queue."""
-        return self.model_dump(mode="json")

@@ -10,20 +10,25 @@ from tests.queue.queue_kit import EXAMPLES
 from worker.judges.testing import serve_in_thread
 
 
+def _knobs(redis_url: str, store_url: str, judge_url: str, api_key: str) -> dict[str, str]:
+    """`evalq run`'s settings against the stand-in System One judge with ``api_key``."""
+    return {
+        "broker_url": redis_url,
+        "store_url": store_url,
+        "judge": "systemone",
+        "judge_url": judge_url,
+        "judge_api_key": api_key,
+        "thresholds": "0.2,0.8",
+        "processes": "1",
+    }
+
+
 def test_run_exits_1_with_a_hint_when_every_judge_request_failed(
     redis_url: str, store_url: str, workdir: Path
 ) -> None:
     """A wrong key (401 on every request): exit 1, the hint names the key and `evalq retry`."""
     with serve_in_thread(api_key="the-right-key") as judge:
-        knobs = {
-            "broker_url": redis_url,
-            "store_url": store_url,
-            "judge": "systemone",
-            "judge_url": judge.base_url,
-            "judge_api_key": "a-wrong-key",
-            "thresholds": "0.2,0.8",
-            "processes": "1",
-        }
+        knobs = _knobs(redis_url, store_url, judge.base_url, "a-wrong-key")
         first = evalq("run", str(EXAMPLES), cwd=workdir, settings=knobs, timeout_s=180)
         assert first.returncode == 1, first.stdout + first.stderr
         assert "every judge request failed" in first.stderr
@@ -44,15 +49,7 @@ def test_run_with_a_working_judge_exits_0_and_reuses_nothing(
 ) -> None:
     """The same run with the right key: exit 0, no hint, nothing reused."""
     with serve_in_thread(api_key="the-right-key") as judge:
-        knobs = {
-            "broker_url": redis_url,
-            "store_url": store_url,
-            "judge": "systemone",
-            "judge_url": judge.base_url,
-            "judge_api_key": "the-right-key",
-            "thresholds": "0.2,0.8",
-            "processes": "1",
-        }
+        knobs = _knobs(redis_url, store_url, judge.base_url, "the-right-key")
         result = evalq("run", str(EXAMPLES), cwd=workdir, settings=knobs, timeout_s=180)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "every judge request failed" not in result.stderr
