@@ -121,7 +121,10 @@ def print_rejections(examples: Iterable[RejectedLine], total: int) -> None:
 
 def say_empty(source: str, what: str, action: str) -> None:
     """An input that held nothing: ``no traces in FILE: nothing to enqueue`` on stderr."""
-    err.print(f"no {what} in {source}: nothing to {action}", highlight=False, markup=False)
+    # soft_wrap: a long path must stay one piece (Rich would break it at the terminal width).
+    err.print(
+        f"no {what} in {source}: nothing to {action}", highlight=False, markup=False, soft_wrap=True
+    )
 
 
 def broker_down(exc: BaseException, hint: str | None = None) -> NoReturn:

@@ -178,7 +178,7 @@ def _show(result: EvalReport, *, as_json: bool, html: Path | None) -> None:
             html.write_text(render_html(result), encoding="utf-8")
         except OSError as exc:
             invalid(f"cannot write --html {html} ({type(exc).__name__})")
-        err.print(f"HTML report written to {html}", highlight=False, markup=False)
+        err.print(f"HTML report written to {html}", highlight=False, markup=False, soft_wrap=True)
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
     elif html is None:

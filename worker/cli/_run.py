@@ -145,7 +145,7 @@ def _print_run(result: RunResult, config: Settings) -> None:
         f"dead letters: {result.dead_lettered}  rejected lines: {result.rejected_lines}"
     )
     _say_reused(result)
-    out.print(f"Store: {result.store_location}")
+    out.print(f"Store: {result.store_location}", soft_wrap=True)
     if result.timed_out and result.worker_log is None:  # --no-worker: nothing of ours consumed
         err.print(
             "[red]not finished in time[/red]: with --no-worker the snapshots wait for a running "
