@@ -29,10 +29,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import psycopg
+import pytest
 import redis
 
 from producer import LANE_QUEUES
@@ -51,6 +53,7 @@ __all__ = [
     "RecordTally",
     "TcpProxy",
     "broker_backlog",
+    "broker_state",
     "evaluated_at_least",
     "evaluations_in",
     "format_table",
@@ -249,7 +252,29 @@ def wait_drained(redis_url: str, timeout_s: float, settle_s: float = 1.0) -> Non
         time.sleep(settle_s)
         return broker_backlog(redis_url) == 0
 
-    wait_until(drained_twice, timeout_s, "the broker to hold no message, queued or unacked")
+    try:
+        wait_until(drained_twice, timeout_s, "the broker to hold no message, queued or unacked")
+    except pytest.fail.Exception:
+        pytest.fail(f"broker not drained after {timeout_s:g} s: {broker_state(redis_url)}")
+
+
+def broker_state(redis_url: str) -> str:
+    """What is left with the broker, for a failure message: queued per list, unacked by age."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    try:
+        queued = {
+            key.decode(): int(client.llen(key))
+            for name in LANE_QUEUES.values()
+            for key in client.scan_iter(match=f"{name}*")
+            if client.type(key) == b"list" and client.llen(key)
+        }
+        now_s = float(client.time()[0])
+        entries: Any = client.zrange("unacked_index", 0, -1, withscores=True)
+        scores = [float(score) for _, score in entries]
+        ages = f"{now_s - max(scores):.0f}-{now_s - min(scores):.0f} s old" if scores else "none"
+        return f"queued {queued}, unacked {client.hlen('unacked')} ({ages})"
+    finally:
+        client.close()
 
 
 def wait_stable(read: Callable[[], int], timeout_s: float, quiet_s: float = 1.5) -> int:

@@ -26,7 +26,7 @@ from tests.conftest import service_missing
 from tests.queue import fetch_probe_app as probe
 from tests.queue.queue_kit import WorkerProcess, killed_on_exit, wait_until, worker_env
 from worker.app import celery_config, create_app
-from worker.broker import _reliable_fetch
+from worker.broker import SWEEP_MUTEX_S, _reliable_fetch, broker_transport_options, sweep
 from worker.embedded import RedisServer
 from worker.settings import load_settings
 
@@ -441,3 +441,27 @@ def test_a_message_fetched_and_never_acked_comes_back_after_the_visibility_timeo
     assert _texts(client, probe.DONE) == ["restore-me"]
     wait_until(lambda: client.hlen("unacked") == 0, 10, "the ack")
     assert waited_s < 15
+
+
+def test_a_sweep_lock_left_by_a_redis_restart_blocks_restores_for_seconds_not_minutes(
+    redis_url: str,
+) -> None:
+    """A sweep holding kombu's ``unacked_mutex`` when Redis stopped leaves it (AOF) for at most
+    SWEEP_MUTEX_S; then the next sweep restores the timed-out entry to its queue."""
+    client = redis.Redis.from_url(redis_url)
+    message = {"body": "e30=", "headers": {}, "properties": {"delivery_tag": "t-1"}}
+    client.hset("unacked", "t-1", json.dumps([message, "", "evalq.live"]))
+    client.zadd("unacked_index", {"t-1": float(client.time()[0]) - 3600})
+    options = broker_transport_options(load_settings(), redis_url)
+    with Connection(redis_url, transport_options=options) as connection:
+        qos: Any = getattr(connection.default_channel, "qos")  # noqa: B009 - a Redis channel's
+        stale = client.lock(qos.unacked_mutex_key, timeout=qos.unacked_mutex_expire)
+        assert stale.acquire(blocking=False)  # the sweep that was running at the shutdown
+        assert 0 < client.ttl(qos.unacked_mutex_key) <= SWEEP_MUTEX_S
+        sweep(connection)
+        assert client.llen("evalq.live") == 0  # the lock holds while it lasts
+        wait_until(lambda: not client.exists(qos.unacked_mutex_key), SWEEP_MUTEX_S + 5, "expiry")
+        sweep(connection)
+    assert client.llen("evalq.live") == 1
+    assert client.hlen("unacked") == 0
+    client.close()

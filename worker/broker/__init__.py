@@ -19,13 +19,14 @@ from typing import Any
 
 from ._acks import ack_all, forget, renew, requeue, sweep
 from ._layout import PRIORITY_SEP, PRIORITY_STEPS, UNACKED_INDEX_KEY, UNACKED_KEY, queue_keys
-from ._options import broker_transport_options, is_redis, transport_setting
+from ._options import SWEEP_MUTEX_S, broker_transport_options, is_redis, transport_setting
 from ._qos import DeliveredAnyway, protect_deliveries, retire
 from ._reliable_fetch import Channel as ReliableChannel
 
 __all__ = [
     "PRIORITY_SEP",
     "PRIORITY_STEPS",
+    "SWEEP_MUTEX_S",
     "UNACKED_INDEX_KEY",
     "UNACKED_KEY",
     "DeliveredAnyway",

@@ -14,7 +14,15 @@ from urllib.parse import urlsplit
 
 from worker.settings import Settings
 
-__all__ = ["broker_transport_options", "is_redis", "transport_setting"]
+__all__ = ["SWEEP_MUTEX_S", "broker_transport_options", "is_redis", "transport_setting"]
+
+SWEEP_MUTEX_S = 10
+"""Expiry of kombu's restore-sweep lock (``unacked_mutex``; kombu's default is 300 s). A sweep
+holding it when Redis shut down leaves it in the AOF with its TTL, and until it expires no
+process restores anything: the fault suite found a restart mid-backfill leaving 32-63
+messages, already evaluated but not acked, in ``unacked`` for 2 minutes and more. A sweep takes
+milliseconds; two overlapping after an early expiry are harmless (each restore is a
+transaction on ``unacked``, so a message is restored once)."""
 
 _REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 _RELIABLE_FETCH = "worker.broker._reliable_fetch:Transport"
@@ -35,6 +43,7 @@ def broker_transport_options(settings: Settings, broker_url: str) -> dict[str, A
         "visibility_timeout": settings.effective_visibility_timeout_s,
         "unacked_restore_interval": settings.restore_interval_s,
         "unacked_restore_throttle": 1,  # scan on every sweep (kombu's default scans every 10th)
+        "unacked_mutex_expire": SWEEP_MUTEX_S,
         "max_connections": 64,  # acks and events come from a few threads, never one per task
         "socket_timeout": 30,  # a vanished broker must not hang a publish forever
         "socket_connect_timeout": 5,
