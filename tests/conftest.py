@@ -11,7 +11,8 @@ the tests purge, so a test that uses it holds a lock file shared by the test pro
 tests run one after another (:func:`amqp_url`).
 
 A missing service skips its tests on a developer machine with a message naming it; with
-``CI=true`` it fails them instead, so CI can never pass by skipping.
+``CI=true`` it fails them instead, and any test that skips for whatever reason fails the run
+(:func:`pytest_sessionfinish`), so CI can never pass by skipping (tests/test_ci_never_skips.py).
 """
 
 from __future__ import annotations
@@ -31,11 +32,30 @@ from kombu import Connection
 from worker.embedded import RedisServer
 from worker.store import Store, open_store
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
+IN_CI = os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
+"""CI=true (or any value CI services set, other than 0/false/no): nothing may skip."""
 POSTGRES_URL = os.environ.get(
     "EVALQ_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 AMQP_URL = os.environ.get("EVALQ_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under CI, remember every skipped test (the controller sees every xdist process's)."""
+    if IN_CI and report.skipped:
+        _skipped_under_ci.append(report.nodeid)
+
+
+_skipped_under_ci: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under CI a skipped test fails the run: a skip is never counted as passing."""
+    if IN_CI and _skipped_under_ci:
+        print(f"\nCI: {len(_skipped_under_ci)} test(s) skipped, which fails the run:")
+        for nodeid in _skipped_under_ci:
+            print(f"  {nodeid}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def service_missing(service: str, detail: str) -> None:
