@@ -1,9 +1,11 @@
 """The repository is self-contained: no reference to documents outside it, no dangling doc link.
 
-Every tracked text file is scanned (``git ls-files``). A reference to the design notes the project
-started from (kept outside the repository) fails with file:line; so does a ``docs/<name>.md``
-that does not exist, a Markdown link to a missing heading, and a ``semantics §N`` section that
-``docs/semantics.md`` does not have.
+Every tracked text file is scanned (``git ls-files``). A reference that leaves the repository
+fails with file:line, by rule rather than by a list of names: a ``<name>.md`` that is no tracked
+page, an absolute path to a page, a ``../`` path that climbs out of the repository (or names
+nothing), and a section citation ``<page> §N`` whose page is not one of ``docs/``. So does a
+``docs/<name>.md`` that does not exist, a Markdown link to a missing heading, and a
+``semantics §N`` section that ``docs/semantics.md`` does not have.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ THIS = Path(__file__).resolve().relative_to(ROOT).as_posix()
 _TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".conf", ".txt", ".cfg", ".ini", ".sh"}
 _TEXT_NAMES = {"Dockerfile", "run", "audit", ".gitignore", ".dockerignore"}
 
-# Names of the outside notes; the in-repo pages take other names (docs/formats.md).
-_OUTSIDE = re.compile(
-    r"jev-semantics|celery-notes|prior-art|DESIGN\.md|\.\./shared|/work/shared|trace-formats"
-)
+_PAGE_NAME = re.compile(r"(?<![\w.-])(/?(?:[\w.-]+/)*[\w-]+\.md)\b")
+_CLIMB = re.compile(r"(?:\.\./)+[\w./-]*")
+# A page cited by section: a file-like name (with a hyphen or ``.md``) right before the ``§``.
+_CITED_PAGE = re.compile(r"([\w.]*[\w]-[\w.-]*|[\w-]+\.md) §")
 _DOC_PATH = re.compile(r"docs/([A-Za-z0-9_.-]+\.md)")
 _MD_LINK = re.compile(r"\]\(((?:docs/)?[A-Za-z0-9_.-]+\.md)(?:#([^)\s]+))?\)")
 _SEMANTICS_SECTION = re.compile(r"semantics(?:\.md)? §(\d+(?:\.\d+)?)")
@@ -41,13 +43,31 @@ def tracked_text_files() -> tuple[Path, ...]:
     )
 
 
-def outside_references(text: str) -> list[int]:
-    """Line numbers (1-based) of ``text`` that point at a document outside the repository."""
-    found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if _OUTSIDE.search(line):
-            found.append(number)
-    return found
+@cache
+def tracked_pages() -> frozenset[str]:
+    """File names of the tracked Markdown pages (README.md, docs/*.md, ops/RUNBOOK.md, ...)."""
+    names = subprocess.run(
+        ["git", "ls-files", "-z", "*.md"], cwd=ROOT, capture_output=True, check=True, text=True
+    ).stdout.split("\0")
+    return frozenset(Path(name).name for name in names if name)
+
+
+def _leaves(line: str, where: Path) -> bool:
+    """Whether ``line`` (of the file ``where``) points at a document outside the repository."""
+    for page in _PAGE_NAME.findall(line):
+        if page.startswith("/") or Path(page).name not in tracked_pages():
+            return True
+    for climb in _CLIMB.findall(line):
+        target = (where.parent / climb).resolve()
+        if not target.is_relative_to(ROOT) or not target.exists():
+            return True
+    doc_stems = {p.stem for p in (ROOT / "docs").glob("*.md")}
+    return any(Path(cited).stem not in doc_stems for cited in _CITED_PAGE.findall(line))
+
+
+def outside_references(text: str, where: Path = ROOT / "README.md") -> list[int]:
+    """Line numbers (1-based) of ``text`` (the file ``where``) that point outside the repository."""
+    return [n for n, line in enumerate(text.splitlines(), start=1) if _leaves(line, where)]
 
 
 def heading_anchors(markdown: str) -> set[str]:
@@ -74,11 +94,11 @@ def _where(path: Path, number: int) -> str:
 
 
 def test_no_reference_to_documents_outside_the_repository() -> None:
-    """No tracked file names the outside design notes (jev-semantics, celery-notes, ...)."""
+    """No tracked file points at a page, path or cited document outside the repository."""
     offenders = [
         _where(path, number)
         for path in tracked_text_files()
-        for number in outside_references(path.read_text(encoding="utf-8", errors="replace"))
+        for number in outside_references(path.read_text(encoding="utf-8", errors="replace"), path)
     ]
     assert offenders == [], "references to documents outside the repository:\n" + "\n".join(
         offenders
@@ -130,11 +150,12 @@ def test_cited_semantics_sections_exist() -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "see jev-semantics §E.2",
-        "(celery-notes §1.9)",
-        "public names fixed by DESIGN.md",
-        "trace-formats §2",
-        "cf. ../shared/prior-art.md",
+        "see design-notes §E.2",
+        "(queue-notes.md §1.9)",
+        "public names fixed by NOTES.md",
+        "cf. ../elsewhere/guide.md",
+        "read /srv/notes/guide.md first",
+        "the fixtures in ../../../../elsewhere",
     ],
 )
 def test_a_planted_outside_reference_is_found(line: str) -> None:
@@ -144,11 +165,23 @@ def test_a_planted_outside_reference_is_found(line: str) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["docs/formats.md", "[formats.md](formats.md#issue-codes)", "plain text"],
+    [
+        "docs/formats.md",
+        "[formats.md](formats.md#issue-codes)",
+        "see semantics §7.2 and the §8 counts",
+        "ops/RUNBOOK.md",
+        "plain text",
+    ],
 )
 def test_in_repository_references_are_not_flagged(line: str) -> None:
-    """The in-repository formats page, linked or named by path, is not flagged."""
+    """In-repository pages, linked, named by path or cited by section, are not flagged."""
     assert outside_references(line) == []
+
+
+def test_a_relative_path_inside_the_repository_is_not_flagged() -> None:
+    """``../../ops/...`` from tests/deploy stays in the repository and names a file."""
+    where = ROOT / "tests" / "deploy" / "alerts_test.yml"
+    assert outside_references("  - ../../ops/prometheus/alerts.yml", where) == []
 
 
 def test_heading_anchors_follow_github() -> None:
