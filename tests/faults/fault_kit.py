@@ -228,17 +228,22 @@ def redone(judge_requests: int | None, store_url: str, workers: Iterable[FaultWo
 # --- the broker -----------------------------------------------------------------------------
 
 
+def _queued(client: redis.Redis) -> dict[str, int]:
+    """Messages queued per non-empty lane list (all priority lists)."""
+    lengths = {
+        key.decode(): int(client.llen(key))
+        for name in LANE_QUEUES.values()
+        for key in client.scan_iter(match=f"{name}*")
+        if client.type(key) == b"list"
+    }
+    return {key: length for key, length in lengths.items() if length}
+
+
 def broker_backlog(redis_url: str) -> int:
     """Messages still with the broker: queued on any lane (all priority lists) or unacked."""
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     try:
-        queued = sum(
-            int(client.llen(key))
-            for name in LANE_QUEUES.values()
-            for key in client.scan_iter(match=f"{name}*")
-            if client.type(key) == b"list"
-        )
-        return queued + int(client.hlen("unacked"))
+        return sum(_queued(client).values()) + int(client.hlen("unacked"))
     finally:
         client.close()
 
@@ -262,12 +267,7 @@ def broker_state(redis_url: str) -> str:
     """What is left with the broker, for a failure message: queued per list, unacked by age."""
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     try:
-        queued = {
-            key.decode(): int(client.llen(key))
-            for name in LANE_QUEUES.values()
-            for key in client.scan_iter(match=f"{name}*")
-            if client.type(key) == b"list" and client.llen(key)
-        }
+        queued = _queued(client)
         now_s = float(client.time()[0])
         entries: Any = client.zrange("unacked_index", 0, -1, withscores=True)
         scores = [float(score) for _, score in entries]
