@@ -178,16 +178,17 @@ def test_sigkill_of_one_consumer_process_of_a_multi_process_worker(
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """One of a worker's two consumer processes SIGKILLed mid-run: the supervisor restarts it,
-    and once its unacked messages come back every snapshot has exactly one evaluation."""
+    """One of a worker's consumer processes (2 per lane group: live, and backfill + outcomes)
+    SIGKILLed mid-run: the supervisor restarts it, and once its unacked messages come back every
+    snapshot has exactly one evaluation."""
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'one-child.db'}"
     knobs = _knobs(
         redis_url, store_url, judge_server, budget_s="1", processes="2", visibility_timeout_s="8"
     )
     worker = start_worker(**knobs)
-    wait_until(lambda: len(_children(worker.process.pid)) == 2, 60, "two consumer processes")
-    assert "consumer process 1 started" in worker.log  # the supervisor's own INFO lines are logged
+    wait_until(lambda: len(_children(worker.process.pid)) == 4, 60, "four consumer processes")
+    assert "consumer process 3 started" in worker.log  # the supervisor's own INFO lines are logged
     count = 600
     live, backfill = _split_lanes("one-child", count)
     producer = producer_for(redis_url, batch_size=str(BATCH))
@@ -195,18 +196,18 @@ def test_sigkill_of_one_consumer_process_of_a_multi_process_worker(
     producer.enqueue_many(backfill, lane=Lane.BACKFILL, batch_size=BATCH)
     expected = [s.snapshot_id for s in (*live, *backfill)]
     wait_until(evaluated_at_least(store_url, count // 4), 120, f"{count // 4} evaluations")
-    victim = _children(worker.process.pid)[0]
+    victim = _children(worker.process.pid)[-1]  # the last started: a backfill + outcomes one
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: "restarting" in worker.log, 30, "the supervisor to restart it")
     wait_recovered(redis_url, store_url, RECOVERY_S)
     counts = tally(store_url, expected, AGENT_METRICS)
     row = report_row(
         counts.counts(
-            f"SIGKILL 1 of 2 consumer processes, {count}",
+            f"SIGKILL 1 of 4 consumer processes, {count}",
             redone(judge_server.count, store_url, [worker]),
         )
     )
     assert (row.lost, row.duplicated, counts.invented, counts.incomplete) == (0, 0, 0, 0)
     assert worker.process.poll() is None  # the worker itself kept serving
     assert victim not in _children(worker.process.pid)
-    assert len(_children(worker.process.pid)) == 2
+    assert len(_children(worker.process.pid)) == 4

@@ -136,12 +136,15 @@ def test_end_to_end_on_each_broker_and_store(
     store_kind: str,
     request: pytest.FixtureRequest,
     sqlite_url: str,
-    start_worker: Callable[..., WorkerProcess],
     producer_for: Callable[..., Producer],
     open_test_store: Callable[[str], Store],
 ) -> None:
     """The same pipeline (live, backfill batch, window rule in results) on each broker x store."""
     broker_url: str = request.getfixturevalue("redis_url" if broker == "redis" else "amqp_url")
+    # Asked for after the broker: fixtures are torn down in reverse, so the worker stops before
+    # the shared RabbitMQ's lock is released (a worker still running then handed its unacked
+    # messages back to the next test's queues).
+    start_worker: Callable[..., WorkerProcess] = request.getfixturevalue("start_worker")
     if broker == "amqp":
         _purge(broker_url)
     store_url = sqlite_url if store_kind == "sqlite" else _fresh_pg(request)

@@ -13,12 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.store._store_helpers import evaluation_record, snapshot_record
-from worker.store import EvaluationRecord, SnapshotRecord, Store, TransientStoreError
-from worker.store._backends import SQLITE_BULK_ROWS
+from worker.store import EvaluationRecord, SnapshotRecord, Store, TransientStoreError, open_store
+from worker.store._backends import SQLITE_BULK_ROWS, SQLITE_BULK_ROWS_BESIDE_URGENT
 from worker.store._turns import WriterTurns
 
 _WAIT_S = 5.0
@@ -148,3 +149,53 @@ def test_a_batch_longer_than_one_transaction_keeps_every_rule(store: Store) -> N
     assert stored.previous_evaluation_id == items[0][0].evaluation_id
     assert store.count_evaluations() == size + 1
     assert [w.created for w in store.record_evaluations(items)] == [False] * (size + 2)
+
+
+def _batch_transactions(store: Store, prefix: str, size: int) -> int:
+    """Write ``size`` new evaluations as one batch; how many write transactions it took."""
+    backend = store._backend
+    real = backend.transaction
+    taken: list[bool] = []
+
+    def counted(*, write: bool, bulk: bool = False) -> Any:
+        taken.extend([True] if write and bulk else [])
+        return real(write=write, bulk=bulk)
+
+    snapshots = [snapshot_record(f"{prefix}-{i}") for i in range(size)]
+    items: list[tuple[EvaluationRecord, SnapshotRecord | None]] = [
+        (evaluation_record(s.snapshot_id), s) for s in snapshots
+    ]
+    backend.transaction = counted  # type: ignore[method-assign]
+    try:
+        written = store.record_evaluations(items)
+    finally:
+        backend.transaction = real  # type: ignore[method-assign]
+    assert all(w.created for w in written)
+    return len(taken)
+
+
+def test_a_batch_written_beside_live_writers_takes_smaller_transactions(tmp_path: Path) -> None:
+    """No urgent writer lately: 16 evaluations per transaction; within URGENT_RECENT_S of a live
+    record's write, 4, so the live lane waits behind less."""
+    db = tmp_path / "store.db"
+    with open_store(f"sqlite:///{db}") as store:
+        os.utime(f"{db}-urgent", (0, 0))  # the schema's creation took a single-record turn
+        assert _batch_transactions(store, "quiet", 32) == 32 // SQLITE_BULK_ROWS
+        live = snapshot_record("live-1")
+        store.record_evaluations([(evaluation_record(live.snapshot_id), live)], urgent=True)
+        assert _batch_transactions(store, "beside", 32) == 32 // SQLITE_BULK_ROWS_BESIDE_URGENT
+
+
+def test_only_an_urgent_turn_marks_urgent_writers_as_recent(tmp_path: Path) -> None:
+    """A fresh file is not a recent urgent write, a bulk turn is not one, an urgent turn is."""
+    turns = WriterTurns(tmp_path / "store.db", timeout_s=_WAIT_S)
+    try:
+        assert not turns.urgent_recently()
+        with turns.turn(bulk=True):
+            pass
+        assert not turns.urgent_recently()
+        with turns.turn(bulk=False):
+            pass
+        assert turns.urgent_recently()
+    finally:
+        turns.close()

@@ -42,6 +42,9 @@ Row = tuple[Any, ...]
 SQLITE_BULK_ROWS = 16
 """Evaluations per SQLite transaction of a batch write: the write lock is held ~5-15 ms, not the
 ~30-50 ms of 64 (docs/concurrency.md, "Live-lane latency")."""
+SQLITE_BULK_ROWS_BESIDE_URGENT = 4
+"""The same while urgent writers (the live lane) write beside the batch (``worker.store._turns``):
+a live record then waits behind at most 4 evaluations' transaction."""
 
 
 class Tx(Protocol):
@@ -72,8 +75,11 @@ class Backend(Protocol):
     """Where records live: hands out transactions, retried by the caller as a whole."""
 
     dialect: Dialect
-    bulk_rows: int | None
-    """Evaluations per transaction of a batch write; ``None``: the whole batch in one."""
+
+    def bulk_rows(self, *, urgent: bool) -> int | None:
+        """Evaluations per transaction of the next part of a batch write (``urgent``: of live
+        records); ``None``: the whole batch in one."""
+        ...
 
     @property
     def location(self) -> str:
@@ -193,7 +199,6 @@ class SqliteBackend:
     """
 
     dialect: Dialect = "sqlite"
-    bulk_rows: int | None = SQLITE_BULK_ROWS
 
     def __init__(self, path: Path, *, busy_timeout_s: float) -> None:
         self._path = path.resolve()
@@ -264,6 +269,13 @@ class SqliteBackend:
             self._connections.append(conn)
         self._local.conn = conn
         return conn
+
+    def bulk_rows(self, *, urgent: bool) -> int | None:
+        """:data:`SQLITE_BULK_ROWS`; for a batch (not ``urgent``) written while urgent writers
+        are active, :data:`SQLITE_BULK_ROWS_BESIDE_URGENT`."""
+        if not urgent and self._turns.urgent_recently():
+            return SQLITE_BULK_ROWS_BESIDE_URGENT
+        return SQLITE_BULK_ROWS
 
     @contextmanager
     def transaction(self, *, write: bool, bulk: bool = False) -> Iterator[Tx]:
@@ -361,7 +373,12 @@ class PostgresBackend:
     """A small psycopg pool per process, opened on first use (never at import or in a parent)."""
 
     dialect: Dialect = "postgresql"
-    bulk_rows: int | None = None  # no single write lock to keep short
+
+    def bulk_rows(self, *, urgent: bool) -> int | None:
+        """The whole batch in one transaction: PostgreSQL has no single write lock to keep
+        short."""
+        del urgent
+        return None
 
     def __init__(
         self, conninfo: str, *, pool_max_size: int, connect_timeout_s: float, lock_timeout_s: float

@@ -237,23 +237,26 @@ class Store:
 
         Each pair behaves as in :meth:`record_evaluation` (a duplicate writes nothing and comes
         back ``created=False``). On PostgreSQL all pairs commit in one transaction. On SQLite they
-        commit in transactions of ``SQLITE_BULK_ROWS`` (16), each a *bulk* writer turn that lets
-        single-record writers (the live lane) go first: the one write lock is then never held
-        long. A failure part-way leaves earlier transactions written, and the retry or
-        redelivery finds them done (``created=False``), so nothing is written twice.
+        commit in transactions of ``SQLITE_BULK_ROWS`` (16; a backfill's 4 while live records
+        are being written beside it), each a *bulk* writer turn that lets single-record writers
+        (the live lane) go first: the one write lock is then never held long. A failure part-way
+        leaves earlier transactions written, and the retry or redelivery finds them done
+        (``created=False``), so nothing is written twice.
         """
         for record, content in items:
             if content is not None and content.snapshot_id != record.snapshot_id:
                 raise ValueError("the snapshot passed is not the one the evaluation names")
-        size = self._backend.bulk_rows or max(1, len(items))
         written: list[Written] = []
         pending = tuple(sends)
         if not items and pending:
             self._run(lambda tx: write_sends(tx, pending, _now()), bulk=not urgent)
-        for start in range(0, len(items), size):
+        start = 0
+        while start < len(items):
+            size = self._backend.bulk_rows(urgent=urgent) or len(items)  # per part: live may start
             batch = prepare_evaluations(items[start : start + size])  # rows built before the lock
             written.extend(self._run(_bulk_write(batch, pending), bulk=not urgent))
             pending = ()  # with the first transaction only
+            start += size
         return written
 
     def record_outcome(self, outcome: OutcomeRecord) -> OutcomeWritten:
