@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from worker.canonical_json import FrozenJson, canonical_json
+from worker.canonical_json import FrozenJson, canonical_json, frozen_json
 from worker.evaluation import Trace
 
 from ._events import Contract, Event, EventType, NonBlank, ToolRound, ToolSpec, UtcTime
@@ -107,14 +107,18 @@ evidence fields, labels, slice, issues, metric set and redaction — is part of 
 """
 
 
-def content_id(wire: Mapping[str, Any]) -> str:
+def content_id(wire: Mapping[str, Any], *, validated: bool = False) -> str:
     """The snapshot id of a wire dict: sha256 hex of the canonical JSON of its evaluated fields.
 
     The one definition of the id, shared by :attr:`Snapshot.snapshot_id` and the store (which
-    re-hashes what it reads back). :data:`PROVENANCE_FIELDS` are left out.
+    re-hashes what it reads back). :data:`PROVENANCE_FIELDS` are left out. ``validated``: the
+    wire of a validated :class:`Snapshot` (frozen JSON and finite numbers), whose canonical
+    text orjson writes (``frozen_json``: the same text; this pass was ~2% of a backfill
+    worker's GIL time through the standard library's encoder).
     """
     evaluated = {k: v for k, v in wire.items() if k not in PROVENANCE_FIELDS}
-    return hashlib.sha256(canonical_json(evaluated).encode("utf-8")).hexdigest()
+    text = frozen_json(evaluated) if validated else canonical_json(evaluated)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class WindowViolation(ValueError):
@@ -319,7 +323,7 @@ class Snapshot(Contract):
         change it.
         """
         if self._id is None:
-            object.__setattr__(self, "_id", content_id(self.wire()))
+            object.__setattr__(self, "_id", content_id(self.wire(), validated=True))
         return self._id  # type: ignore[return-value]
 
     def model_copy(

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from producer.snapshot import PROVENANCE_FIELDS, Snapshot, content_id
 from tests.properties.strategies import examples
 from tests.queue.queue_kit import example_snapshots
+from worker.canonical_json import frozen_json
 from worker.store import SnapshotRecord, SnapshotText
 
 FAST = settings(
@@ -128,3 +129,50 @@ def test_the_id_follows_content_unit_window_catalog_labels_and_metric_set(
     (before,) = _ids(wire)
     (after,) = _ids({**changed, **provenance})
     assert before != after, change
+
+
+def _string_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths of the string leaves of a JSON value."""
+    if isinstance(value, str):
+        return [prefix]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _string_paths(v, (*prefix, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _string_paths(v, (*prefix, i))]
+    return []
+
+
+def _with(value: Any, path: tuple[Any, ...], leaf: Any) -> Any:
+    if not path:
+        return leaf
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _with(value[head], rest, leaf)}
+    return [_with(v, rest, leaf) if i == head else v for i, v in enumerate(value)]
+
+
+_LEAVES = st.one_of(
+    st.text(max_size=40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(min_value=-(2**70), max_value=2**70),
+)
+
+
+@FAST
+@given(index=st.integers(min_value=0), choice=st.integers(min_value=0), leaf=_LEAVES)
+def test_the_fast_id_of_a_validated_snapshot_is_the_canonical_one(
+    index: int, choice: int, leaf: Any
+) -> None:
+    """orjson's id text (``validated=True``, the worker's and Snapshot's path) equals the
+    standard library's for any text or number a validated snapshot's events can hold."""
+    wire = _wires()[index % len(_wires())]
+    paths = [p for p in _string_paths(wire) if p[0] == "events"]
+    changed = _with(wire, paths[choice % len(paths)], leaf)
+    try:
+        snapshot = Snapshot.model_validate(changed)
+    except ValueError:  # pydantic's ValidationError: that field does not take this leaf
+        return
+    validated = snapshot.wire()
+    assert content_id(validated, validated=True) == content_id(validated)
+    text = SnapshotText.from_wire(validated, frozen_json(validated))
+    assert text.snapshot_id == content_id(validated) == snapshot.snapshot_id

@@ -477,13 +477,14 @@ class SnapshotText(_Record):
         and once without its provenance fields for the id (``content_id``).
 
         ``canonical_text``, when the caller already computed it, must be
-        ``canonical_json(wire)``.
+        ``canonical_json(wire)``, and ``wire`` a validated snapshot's (the id is then written by
+        orjson too: ``content_id(..., validated=True)``).
         """
         if not isinstance(wire, Mapping):
             raise ValueError("snapshot content must be a JSON object")  # noqa: TRY004 - as _index
         text = canonical_json(wire) if canonical_text is None else canonical_text
         return cls(
-            snapshot_id=content_id(wire),
+            snapshot_id=content_id(wire, validated=canonical_text is not None),
             canonical_text=text,
             meta=SnapshotMeta.model_validate(wire),
         )
