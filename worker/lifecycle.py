@@ -39,7 +39,6 @@ from typing import Any
 from celery import bootsteps
 from celery.worker import state as celery_state
 
-from producer.topology import Lane
 from worker import metrics, runtime
 from worker.consumer import Intake, Intakes
 from worker.halt import EXIT_CRASHED, EXIT_HALTED, Halt
@@ -171,7 +170,7 @@ def _event_exporter(settings: Settings) -> ResultExporter | None:
 def _live_runtime(settings: Settings, halt: Halt) -> runtime.Runtime | None:
     """A runtime of the live lane's own, when the process serves other lanes too (it shares
     the process's halt: a store fault seen by either stops both)."""
-    if Lane.LIVE not in settings.lanes or len(settings.lanes) == 1:
+    if len(settings.lane_groups) == 1:
         return None
     return runtime.Runtime(settings, halt=halt)
 

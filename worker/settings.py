@@ -500,6 +500,14 @@ class Settings(BaseSettings):
         return max(60.0, math.ceil(4 * self.evaluation_s))
 
     @property
+    def lane_groups(self) -> tuple[tuple[Lane, ...], ...]:
+        """The lanes served apart: the live lane alone when other lanes are served too (by
+        processes of its own under ``evalq worker``, by a runtime of its own in one process)."""
+        if Lane.LIVE not in self.lanes or len(self.lanes) == 1:
+            return (self.lanes,)
+        return ((Lane.LIVE,), tuple(lane for lane in self.lanes if lane is not Lane.LIVE))
+
+    @property
     def queues(self) -> tuple[str, ...]:
         """Broker queue names of the configured lanes, in priority order (live first)."""
         order = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)

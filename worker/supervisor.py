@@ -8,7 +8,7 @@ an even share of ``concurrency``.
 
 A worker that serves the live lane beside other lanes (the default ``live,backfill,outcomes``)
 starts two groups of ``processes`` children: one serving the live lane alone, one the others
-(:func:`lane_groups`), each group with its own even shares of ``concurrency``. A live snapshot
+(``Settings.lane_groups``), each group with its own even shares of ``concurrency``. A live snapshot
 then never waits behind a saturating backfill inside one process: not for the consumer thread
 that fetches (measured beside a saturating backfill: hand-over 50 ms at P50 and 116 ms at P95
 when both lanes shared a process, 6 ms and 25 ms in a process of its own), not for the loop,
@@ -57,7 +57,6 @@ __all__ = [
     "RESTART_BACKOFF_S",
     "RESTART_WINDOW_S",
     "Supervisor",
-    "lane_groups",
     "plan",
     "restart_delay_s",
     "shares",
@@ -99,13 +98,6 @@ def shares(concurrency: int, processes: int) -> list[int]:
     return [base + (1 if index < extra else 0) for index in range(count)]
 
 
-def lane_groups(lanes: tuple[Lane, ...]) -> list[tuple[Lane, ...]]:
-    """The lanes of each group of consumer processes: the live lane apart from the others."""
-    if Lane.LIVE not in lanes or len(lanes) == 1:
-        return [lanes]
-    return [(Lane.LIVE,), tuple(lane for lane in lanes if lane is not Lane.LIVE)]
-
-
 @dataclass(frozen=True)
 class _Plan:
     """What one consumer process serves: its lanes, its share of the concurrency, its nice."""
@@ -114,22 +106,28 @@ class _Plan:
     share: int
     nice: int
 
+    @property
+    def lane_names(self) -> str:
+        """``EVALQ_LANES`` of the process."""
+        return ",".join(lane.value for lane in self.lanes)
+
 
 def plan(settings: Settings) -> list[_Plan]:
-    """Every consumer process of the worker: each lane group split over ``processes``; beside
-    a live group, the other group runs at least at :data:`BESIDE_LIVE_NICE`."""
-    groups = lane_groups(settings.lanes)
+    """Every consumer process of the worker: each of ``settings.lane_groups`` split over
+    ``processes``; beside a live group, the other group runs at least at
+    :data:`BESIDE_LIVE_NICE`."""
+    split = len(settings.lane_groups) > 1
     return [
-        _Plan(lanes, share, _nice(settings.nice, lanes, beside_live=len(groups) > 1))
-        for lanes in groups
+        _Plan(
+            lanes,
+            share,
+            max(settings.nice, BESIDE_LIVE_NICE)
+            if split and Lane.LIVE not in lanes
+            else settings.nice,
+        )
+        for lanes in settings.lane_groups
         for share in shares(settings.concurrency, settings.processes)
     ]
-
-
-def _nice(configured: int, lanes: tuple[Lane, ...], *, beside_live: bool) -> int:
-    if beside_live and Lane.LIVE not in lanes:
-        return max(configured, BESIDE_LIVE_NICE)
-    return configured
 
 
 @dataclass
@@ -174,7 +172,7 @@ class Supervisor:
         env.update(
             EVALQ_PROCESSES="1",
             EVALQ_CONCURRENCY=str(child.share),
-            EVALQ_LANES=",".join(lane.value for lane in child.lanes),
+            EVALQ_LANES=child.lane_names,
             EVALQ_LOG_LEVEL=self.settings.log_level,
             EVALQ_NICE=str(child.nice),
             **{PARENT_ENV: str(os.getpid())},
@@ -197,7 +195,7 @@ class Supervisor:
             index,
             process.pid,
             child.share,
-            ",".join(lane.value for lane in child.lanes),
+            child.lane_names,
         )
 
     def _watch(self) -> int:

@@ -10,7 +10,7 @@ import pytest
 from producer.topology import Lane
 from worker.lifecycle import PARENT_ENV
 from worker.settings import load_settings
-from worker.supervisor import BESIDE_LIVE_NICE, Supervisor, lane_groups, plan, shares
+from worker.supervisor import BESIDE_LIVE_NICE, Supervisor, plan, shares
 
 
 def test_each_child_gets_the_flags_of_the_command_and_its_share() -> None:
@@ -81,7 +81,8 @@ def test_a_single_lane_or_a_worker_without_live_is_one_group(
     lanes: tuple[Lane, ...], groups: list[tuple[Lane, ...]]
 ) -> None:
     """Only a worker serving live beside other lanes splits; nothing else changes shape."""
-    assert lane_groups(lanes) == groups
+    value = ",".join(lane.value for lane in lanes)
+    assert list(load_settings(lanes=value).lane_groups) == groups
 
 
 def test_a_configured_nice_is_kept_and_never_lowered_beside_live() -> None:
