@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,6 +43,9 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "traces.jsonl"
+
+_STARTED = re.compile(r"consumer process \d+ started")
+"""The supervisor's line per consumer process it starts (restarts included)."""
 
 
 def systemone_knobs(
@@ -90,12 +94,14 @@ class WorkerProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        """Wait (bounded) for Celery's ``ready.`` line; fail with the log if the worker died."""
+        """Wait (bounded) for Celery's ``ready.`` line of every consumer process the worker
+        started (one, unsupervised); fail with the log if the worker died."""
 
         def ready() -> bool:
             if self.process.poll() is not None:
                 pytest.fail(f"worker exited with {self.process.returncode}:\n{self.log[-3000:]}")
-            return " ready." in self.log
+            log = self.log
+            return log.count(" ready.") >= max(1, len(_STARTED.findall(log)))
 
         wait_until(ready, timeout_s, "the worker to be ready")
 
