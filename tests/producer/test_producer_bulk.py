@@ -1,0 +1,67 @@
+"""The bulk publish paths declare each queue once per send and still deliver every message."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import amqp.exceptions
+import kombu
+import pytest
+import redis
+
+from producer import LANE_QUEUES, Lane, Producer
+from producer.snapshot import Sampling, Snapshot
+from tests.producer.producer_kit import make_snapshot
+from worker.embedded import RedisServer
+
+pytestmark = pytest.mark.services
+
+
+def _on(lane: Lane, trace_id: str) -> Snapshot:
+    return make_snapshot(trace_id).model_copy(update={"sampling": Sampling(lane=lane)})
+
+
+def _lengths(url: str) -> dict[Lane, int]:
+    client = redis.Redis.from_url(url)
+    try:
+        return {lane: int(client.llen(LANE_QUEUES[lane])) for lane in (Lane.LIVE, Lane.BACKFILL)}
+    finally:
+        client.close()
+
+
+def test_a_bulk_send_to_a_fresh_broker_reaches_every_lane_of_its_snapshots(
+    private_redis: RedisServer,
+) -> None:
+    """send_many with mixed lanes on an empty Redis: each message lands in its own lane's queue."""
+    mixed = [_on(Lane.LIVE if n % 3 == 0 else Lane.BACKFILL, f"trace-{n}") for n in range(12)]
+    with Producer(private_redis.url) as producer:
+        assert producer.send_many(mixed) == 12
+    assert _lengths(private_redis.url) == {Lane.LIVE: 4, Lane.BACKFILL: 8}
+
+
+def _amqp_counts(url: str, *, delete: bool) -> dict[Lane, int]:
+    """Messages in the live and backfill queues (0 when absent); ``delete``: drop them after."""
+    counts: dict[Lane, int] = {}
+    with kombu.Connection(url) as connection:
+        for lane in (Lane.LIVE, Lane.BACKFILL):
+            channel: Any = connection.channel()  # py-amqp Channel (kombu types it abstractly)
+            try:
+                counts[lane] = channel.queue_declare(LANE_QUEUES[lane], passive=True).message_count
+                if delete:
+                    channel.queue_delete(LANE_QUEUES[lane])
+            except amqp.exceptions.NotFound:
+                counts[lane] = 0  # the broker closed this channel
+            finally:
+                with contextlib.suppress(Exception):
+                    channel.close()
+    return counts
+
+
+def test_a_bulk_send_declares_the_queues_rabbitmq_would_drop_messages_for(amqp_url: str) -> None:
+    """On RabbitMQ a publish to an undeclared queue is dropped: the bulk path declares first."""
+    _amqp_counts(amqp_url, delete=True)  # no lane queue exists now
+    mixed = [_on(Lane.LIVE if n % 3 == 0 else Lane.BACKFILL, f"trace-{n}") for n in range(6)]
+    with Producer(amqp_url) as producer:
+        assert producer.send_many(mixed, batch_size=1) == 6
+    assert _amqp_counts(amqp_url, delete=True) == {Lane.LIVE: 2, Lane.BACKFILL: 4}
