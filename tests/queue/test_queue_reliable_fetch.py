@@ -20,6 +20,7 @@ import pytest
 import redis
 from kombu import Connection, Consumer, Exchange, Queue
 from kombu import Producer as KombuProducer
+from kombu.transport import virtual
 from kombu.utils.json import dumps
 
 from tests.conftest import service_missing
@@ -90,11 +91,21 @@ def _publish(url: str, queue: str, body: Any, priority: int = 0) -> None:
         )
 
 
-def _fetch(client: redis.Redis, keys: list[str], registered: bool = True) -> Any:
-    args = _reliable_fetch.fetch_args("unacked", "unacked_index", keys, [registered] * len(keys))
+def _fetch_reply(
+    client: redis.Redis, keys: list[str], registered: bool = True, **limits: Any
+) -> Any:
+    """The script's whole reply: messages' triples, then the backlog flag (or None)."""
+    flags = [registered] * len(keys)
+    args = _reliable_fetch.fetch_args("unacked", "unacked_index", keys, flags, **limits)
     client.script_load(_reliable_fetch.FETCH_SCRIPT)
     execute: Any = client.execute_command  # untyped in redis-py
     return execute("EVALSHA", *args)
+
+
+def _fetch(client: redis.Redis, keys: list[str], registered: bool = True) -> Any:
+    """The messages' triples of one fetch (or None)."""
+    reply = _fetch_reply(client, keys, registered)
+    return reply[:-1] if reply else reply
 
 
 def _texts(client: redis.Redis, key: str) -> list[str]:
@@ -465,3 +476,39 @@ def test_a_sweep_lock_left_by_a_redis_restart_blocks_restores_for_seconds_not_mi
     assert client.llen("evalq.live") == 1
     assert client.hlen("unacked") == 0
     client.close()
+
+
+# --- lookahead only from a backlog --------------------------------------------------------------
+
+
+def test_the_script_takes_beyond_the_startable_messages_only_from_a_backlog(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """3 waiting, 1 startable: 1 taken under a backlog of 5, all 3 under one of 3, none with 0."""
+    client.flushall()
+    for n in range(3):
+        _publish(redis_url, "q", {"n": n})
+    one = _fetch_reply(client, ["q"], limit=3, startable=1, backlog=5)
+    assert (len(one) // 3, one[-1]) == (1, 0)  # no backlog: the rest stays for an idle peer
+    assert client.llen("q") == 2
+    assert _fetch_reply(client, ["q"], limit=3, startable=0, backlog=5) is None
+    assert client.llen("q") == 2  # nothing it could start: nothing taken
+    both = _fetch_reply(client, ["q"], limit=3, startable=0, backlog=2)
+    assert (len(both) // 3, both[-1]) == (2, 1)  # a backlog: the lookahead fills up
+    assert client.llen("q") == 0
+
+
+def test_a_consumer_with_every_slot_held_polls_only_while_it_saw_a_backlog(redis_url: str) -> None:
+    """prefetch 4 = 2 slots x 2: with 2 held it stops polling, unless its last fetch saw more."""
+    with Connection(redis_url, transport=_reliable_fetch.Transport) as connection:
+        channel: Any = connection.channel()
+        channel.basic_qos(0, 4, False)
+        qos: _reliable_fetch.QoS = channel.qos
+        assert (qos.slots(), qos.startable(), qos.can_consume()) == (2, 2, True)
+        for tag in ("t1", "t2"):
+            virtual.QoS.append(qos, object(), tag)  # held, as a delivered message is
+        assert (qos.startable(), qos.can_consume()) == (0, False)
+        qos.backlog_seen = True
+        assert qos.can_consume()  # the lookahead of a busy process under load
+        channel.basic_qos(0, 0, False)
+        assert qos.can_consume()  # an unbounded prefetch (not evalq's) keeps kombu's rule

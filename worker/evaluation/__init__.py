@@ -13,6 +13,7 @@ own cancellation propagates (and then no report is produced): a caller that pass
 
 from worker.canonical_json import canonical_json, freeze, json_size, thaw
 
+from ._agent import JudgeFree
 from ._evaluator import Evaluator, Progress
 from ._limits import Limits
 from ._metric import ID_PATTERN, Metric, check_id
@@ -48,6 +49,7 @@ __all__ = [
     "Entry",
     "Evaluator",
     "Expected",
+    "JudgeFree",
     "Limits",
     "MatchMode",
     "Metric",
