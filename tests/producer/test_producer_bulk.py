@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import amqp.exceptions
@@ -65,3 +69,37 @@ def test_a_bulk_send_declares_the_queues_rabbitmq_would_drop_messages_for(amqp_u
     with Producer(amqp_url) as producer:
         assert producer.send_many(mixed, batch_size=1) == 6
     assert _amqp_counts(amqp_url, delete=True) == {Lane.LIVE: 2, Lane.BACKFILL: 4}
+
+
+def _sent_events(url: str, send: Callable[[Producer], None]) -> list[str]:
+    """The task ids of the task-sent events published while ``send`` runs (Redis fanout)."""
+    client = redis.Redis.from_url(url)
+    make_pubsub: Any = client.pubsub  # untyped in redis-py
+    pubsub = make_pubsub(ignore_subscribe_messages=True)
+    pubsub.psubscribe("*celeryev*")
+    try:
+        with Producer(url) as producer:
+            send(producer)
+        ids: list[str] = []
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:  # bounded: events arrive within milliseconds
+            message = pubsub.get_message(timeout=0.1)
+            if message is not None and message["channel"].endswith(b"task.sent"):
+                body = json.loads(base64.b64decode(json.loads(message["data"])["body"]))
+                ids.append(body["uuid"])
+        return ids
+    finally:
+        pubsub.close()
+        client.close()
+
+
+def test_only_single_sends_publish_task_sent_events(private_redis: RedisServer) -> None:
+    """enqueue sends Flower a task-sent event; send_many and enqueue_many (bulk) send none."""
+    one, two, three = (_on(Lane.BACKFILL, f"trace-{n}") for n in range(3))
+
+    def send(producer: Producer) -> None:
+        producer.enqueue(one)
+        producer.send_many([two], batch_size=1)
+        producer.enqueue_many([three], batch_size=1)
+
+    assert len(_sent_events(private_redis.url, send)) == 1
