@@ -346,8 +346,21 @@ class Producer:
             payload = _Encoded("[" + ",".join(text for _, text in chunk) + "]")
             first, trace = head.snapshot_id[:16], trace_label(head.trace_id)
             label = f"[{len(chunk)} snapshots {first}… trace {trace}…]"
+        self._send_bulk(EVALUATE_TASK, payload, queue, label, producer=producer, declared=declared)
+
+    def _send_bulk(
+        self,
+        name: str,
+        payload: _Encoded,
+        queue: str,
+        label: str,
+        *,
+        producer: Any,
+        declared: set[str],
+    ) -> None:
+        """One message of a bulk path: encoded already, no task-sent event, queue declared once."""
         self._send(
-            EVALUATE_TASK,
+            name,
             payload,
             queue,
             label,
@@ -375,6 +388,7 @@ class Producer:
             raise ValueError("batch_size must be >= 1")
         queue = LANE_QUEUES[Lane(lane) if lane else TASK_LANES[REEVALUATE_TASK]]
         sent = 0
+        declared: set[str] = set()
         with (
             self._bulk_app.producer_or_acquire() as producer,
             producer.batch(max_size=PIPELINE_OPERATIONS),
@@ -384,14 +398,8 @@ class Producer:
                 texts = [text for _, text in chunk]
                 payload = _Encoded(texts[0] if batch_size == 1 else "[" + ",".join(texts) + "]")
                 label = _reevaluation_label(head, len(chunk))
-                self._send(
-                    REEVALUATE_TASK,
-                    payload,
-                    queue,
-                    label,
-                    producer,
-                    app=self._bulk_app,
-                    serializer=_ENCODED,
+                self._send_bulk(
+                    REEVALUATE_TASK, payload, queue, label, producer=producer, declared=declared
                 )
                 sent += len(chunk)
         return sent
