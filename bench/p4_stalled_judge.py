@@ -26,8 +26,7 @@ from datetime import datetime
 from bench._kit import Bench, Row, load_average, main_for, snapshots, wait_recorded
 from bench.tuning import LIVE
 from producer import Lane, Producer
-from worker.evaluation import JudgeFree, Thresholds
-from worker.metric_sets import METRIC_SETS
+from worker.metric_sets import judge_free_metric_ids
 
 __all__ = ["run", "silent_server"]
 
@@ -69,12 +68,6 @@ def silent_server() -> Iterator[str]:
         loop.close()
 
 
-def _judge_free_ids() -> frozenset[str]:
-    """Metric ids that never ask the judge (their results do not depend on it)."""
-    metrics = (m for build in METRIC_SETS.values() for m in build(Thresholds(0.2, 0.8)))
-    return frozenset(m.id for m in metrics if isinstance(m, JudgeFree))
-
-
 def _records(path: str) -> tuple[dict[str, float], set[tuple[str, str]]]:
     """Created times by trace id; the distinct (status, reason) of judged metrics' results."""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
@@ -90,7 +83,7 @@ def _records(path: str) -> tuple[dict[str, float], set[tuple[str, str]]]:
             for metric_id, status, reason in conn.execute(
                 "SELECT DISTINCT metric_id, status, reason FROM metric_results"
             )
-            if metric_id not in _judge_free_ids()
+            if metric_id not in judge_free_metric_ids()
         }
     return created, outcomes
 

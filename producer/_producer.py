@@ -100,7 +100,7 @@ def _celery(broker_url: str, transport_options: Mapping[str, Any], **extra: Any)
         "task_send_sent_event": True,
         **celery_routing(),
     }
-    app.conf.update(**{**conf, **extra})
+    app.conf.update({**conf, **extra})
     return app
 
 

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from worker.canonical_json import canonical_json
 from worker.evaluation import (
+    JudgeFree,
     Limits,
     MatchMode,
     Metric,
@@ -56,6 +57,7 @@ __all__ = [
     "MetricSet",
     "UnknownMetricSetError",
     "build_metric_set",
+    "judge_free_metric_ids",
     "metric_names",
     "reported_metric_ids",
     "set_for_unit",
@@ -89,11 +91,23 @@ def _agent_trajectory(thresholds: Thresholds) -> tuple[Metric, ...]:
     return (*_agent(thresholds), _trajectory())
 
 
+def _every_metric() -> Iterator[Metric]:
+    """Each metric of each set, built with any thresholds (ids and kinds do not depend on them)."""
+    any_thresholds = Thresholds(0.2, 0.8)
+    return (m for build in METRIC_SETS.values() for m in build(any_thresholds))
+
+
 @functools.cache
 def reported_metric_ids() -> tuple[str, ...]:
     """Every metric id some set evaluates, sorted: what a report may be narrowed to."""
-    any_thresholds = Thresholds(0.2, 0.8)
-    return tuple(sorted({m.id for build in METRIC_SETS.values() for m in build(any_thresholds)}))
+    return tuple(sorted({m.id for m in _every_metric()}))
+
+
+@functools.cache
+def judge_free_metric_ids() -> frozenset[str]:
+    """Metric ids that never ask the judge (:class:`~worker.evaluation.JudgeFree`): their results
+    do not depend on it, so a judge outage or a silent judge leaves them decided."""
+    return frozenset(m.id for m in _every_metric() if isinstance(m, JudgeFree))
 
 
 def metric_names() -> tuple[str, ...]:

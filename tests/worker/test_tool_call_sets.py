@@ -14,6 +14,7 @@ from worker import runtime
 from worker.dead_letters import raw_bytes
 from worker.handling import Delivery, Handler, Verdict
 from worker.judges import SyntheticJudge
+from worker.metric_sets import judge_free_metric_ids, reported_metric_ids
 from worker.producing import with_metric_set
 from worker.runtime import Runtime
 from worker.settings import load_settings
@@ -59,3 +60,9 @@ def test_a_tool_call_unit_naming_the_default_set_gets_the_tool_call_set(store: S
     assert (kept_set, kept_ids[-1]) == ("agent+trajectory", "trajectory_match")
     agent_set, agent_ids = recorded[invocation.snapshot_id]
     assert (agent_set, agent_ids[-1], len(agent_ids)) == ("agent", "tool_execution", 8)
+
+
+def test_judge_free_metric_ids_are_the_metrics_that_ask_nothing() -> None:
+    """tool_execution, trajectory_match and call_valid never ask the judge; the judged ones do."""
+    assert judge_free_metric_ids() == {"tool_execution", "trajectory_match", "call_valid"}
+    assert judge_free_metric_ids() < set(reported_metric_ids())
