@@ -68,6 +68,7 @@ class Lifecycle(bootsteps.StartStopStep):
         super().__init__(c, **kwargs)
         self.exporter: metrics.Exporter | None = None
         self.live_runtime: runtime.Runtime | None = None
+        self.runtime: runtime.Runtime | None = None
         self.halt: Halt | None = None
         self.events: ResultExporter | None = None
 
@@ -94,6 +95,9 @@ class Lifecycle(bootsteps.StartStopStep):
         rt = runtime.current(settings)
         runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
         self.live_runtime = _live_runtime(settings, rt.halt)
+        if self.live_runtime is not None:  # (a supervised child beside live adapts on its own)
+            rt.adapt_in_flight()  # leave the judge room for live requests
+        self.runtime = rt
         events: EventSink | None = self.events
         live = None
         if self.live_runtime is not None:
@@ -128,6 +132,8 @@ class Lifecycle(bootsteps.StartStopStep):
         intake.flush_pending()
         if not intake.in_flight:
             return
+        if self.runtime is not None:
+            self.runtime.stop_adapting()  # drain within longest_task_s
         if self.halt is not None and self.halt.reason is not None:  # their writes would fail
             _log.warning("halted: %d message(s) left unacked for redelivery", intake.in_flight)
             return

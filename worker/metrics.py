@@ -442,10 +442,12 @@ class MeteredJudge:
         self,
         judge: Callable[[JudgeRequest], Awaitable[JudgeResponse]],
         metrics: WorkerMetrics | None = None,
+        on_answer: Callable[[float], None] | None = None,
     ) -> None:
         check_async_judge(judge)  # a synchronous judge would block the loop past every budget
         self._judge = judge
         self._metrics = metrics or default_metrics()
+        self._on_answer = on_answer  # round trip of every valid answer (the in-flight limit)
         # The wire judges validate every reply (InvalidReply otherwise); validating it again
         # here was a visible share of a busy worker's CPU. Other judges are checked.
         self._validates = validates_replies(judge)
@@ -465,7 +467,10 @@ class MeteredJudge:
             status = judge_status(exc)
             raise
         finally:
-            self._metrics.observe_judge_call(status, time.monotonic() - started)
+            round_trip_s = time.monotonic() - started
+            self._metrics.observe_judge_call(status, round_trip_s)
+        if self._on_answer is not None and status == "ok":
+            self._on_answer(round_trip_s)
         return response
 
     async def aclose(self) -> None:

@@ -17,7 +17,8 @@ Why this shape (docs/concurrency.md has the measurements):
 - **Evaluation slots** (:class:`~worker.slots.Slots`, the process's share of the concurrency)
   bound evaluations (hence judge requests: one per evaluation at a time) in flight; a freed slot
   goes to a waiting live snapshot first. A snapshot's budget starts when it gets a slot, so
-  waiting behind other work never eats its budget.
+  waiting behind other work never eats its budget. Beside a live lane, the other lanes' slots
+  also follow the judge's round trip (:meth:`Runtime.adapt_in_flight`).
 - **The backstop.** The engine returns a report with TIMEOUT results at its deadline. Should it
   not (a judge that ignores cancellation, a blocked loop), the runtime cancels it at
   ``budget + BACKSTOP_MARGIN_S`` and records what the engine had by then: completed results, the
@@ -36,7 +37,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Collection, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,6 +47,7 @@ from typing import Any, TypeVar
 from worker import metrics
 from worker.evaluation import Evaluator, Progress, Reason, Report, Trace
 from worker.halt import EXIT_CRASHED, Halt
+from worker.in_flight_limit import InFlightLimit
 from worker.judges import ChatJudge, Judge, SyntheticJudge, SystemOneJudge
 from worker.metric_sets import MetricSet, build_metric_set
 from worker.settings import BACKSTOP_MARGIN_S, JudgeKind, Settings
@@ -53,6 +55,7 @@ from worker.slots import Slots
 from worker.store import Store, open_store
 
 __all__ = [
+    "BESIDE_LIVE_ENV",
     "GC_GEN0_THRESHOLD",
     "STORE_THREADS",
     "SWITCH_INTERVAL_S",
@@ -81,6 +84,9 @@ blocking call; at 5 ms a store statement or an ack waited up to that long whenev
 busy (docs/concurrency.md measured 0.25 ms as the best of 0.1-5 ms)."""
 GC_GEN0_THRESHOLD = 50_000
 """Cycle-collector threshold of a worker process (see :func:`tune_gc`)."""
+BESIDE_LIVE_ENV = "EVALQ_BESIDE_LIVE"
+"""Set to ``1`` by the supervisor for each child serving the other lanes of a worker that serves
+live too: its runtime yields to the live lane (see :class:`Runtime`)."""
 
 
 def judge_identity(settings: Settings) -> str:
@@ -144,21 +150,44 @@ def tune_gc(gen0_threshold: int) -> None:
     gc.freeze()
 
 
-def lower_priority(nice: int) -> None:
+def lower_priority(nice: int, *, idle: bool = False, keep: Collection[int] = ()) -> None:
     """Run this process (every thread, on Linux) at CPU niceness ``nice`` (0 = unchanged).
 
     For a backfill pool sharing machines with a live pool (``EVALQ_NICE=10``): the kernel then
     gives a runnable live worker the CPU first (``bench/live_latency.py`` runs its backfill pool
     so). Threads started later inherit it from their creator.
+
+    ``idle`` also moves every thread but ``keep`` (native thread ids) to Linux's ``SCHED_IDLE``
+    class: such a thread runs only when nothing else of the machine wants the CPU, and a woken
+    thread of any other class preempts it at once (at nice 10 the woken live worker, Redis or
+    judge may still wait for the rest of its slice). Where the class is missing, nice alone
+    applies.
     """
-    if nice <= 0:
+    policy = getattr(os, "SCHED_IDLE", None) if idle else None
+    if nice <= 0 and policy is None:
         return
     tasks = Path("/proc/self/task")
     ids = [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
     for tid in ids:
         with contextlib.suppress(OSError):  # a thread that just ended
-            current = os.getpriority(os.PRIO_PROCESS, tid)
-            os.setpriority(os.PRIO_PROCESS, tid, max(nice, current))
+            if nice > 0:
+                current = os.getpriority(os.PRIO_PROCESS, tid)
+                os.setpriority(os.PRIO_PROCESS, tid, max(nice, current))
+            if policy is not None and tid not in keep:
+                os.sched_setscheduler(tid, policy, os.sched_param(0))
+
+
+def _start_threads(pool: ThreadPoolExecutor, count: int) -> tuple[int, ...]:
+    """Start ``count`` threads of ``pool`` now (it starts them lazily); their native ids."""
+    started = threading.Barrier(count + 1)
+
+    def native_id() -> int:
+        started.wait(10.0)  # every task on a thread of its own
+        return threading.get_native_id()
+
+    futures = [pool.submit(native_id) for _ in range(count)]
+    started.wait(10.0)
+    return tuple(future.result() for future in futures)
 
 
 @dataclass(frozen=True)
@@ -196,7 +225,12 @@ class Runtime:
         self.settings = settings
         self.pid = os.getpid()
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        lower_priority(settings.nice)  # before the loop thread starts: threads inherit it
+        beside_live = os.environ.get(BESIDE_LIVE_ENV) == "1"
+        self.store_threads = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="evalq-store")
+        # Store threads keep the normal class: one holding SQLite's write turn must not be
+        # starved while a live writer waits for it.
+        keep = _start_threads(self.store_threads, STORE_THREADS) if beside_live else ()
+        lower_priority(settings.nice, idle=beside_live, keep=keep)  # the loop inherits it
         self.limits = settings.limits
         self.judge_name = judge_identity(settings)
         self._metric_sets: dict[str, tuple[MetricSet, Evaluator]] = {}
@@ -205,14 +239,16 @@ class Runtime:
         self.halt = halt or Halt()
         self._closing = False
         self.loop = asyncio.new_event_loop()
-        self.store_threads = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="evalq-store")
         self._thread = threading.Thread(target=self._run_loop, name="evalq-loop", daemon=True)
         self._thread.start()
         raw = judge if judge is not None else self.call(self._make_judge())
         model = getattr(raw, "model", None)
         self.judge_model: str | None = model if isinstance(model, str) else None
-        self.judge: Judge = metrics.MeteredJudge(raw)  # status + latency of every request
+        # status + latency of every request; valid answers' round trips feed the in-flight limit
+        self.judge: Judge = metrics.MeteredJudge(raw, on_answer=self._judge_answered)
         self._slots = Slots(settings.process_concurrency)
+        if beside_live:
+            self.adapt_in_flight()
         self._owns_store = store is None
         self.store: Store = store if store is not None else open_worker_store(settings)
         # Built now, not by the first message: building a set takes a noticeable fraction of a
@@ -256,6 +292,31 @@ class Runtime:
             return found
 
     # -- evaluation ----------------------------------------------------------------------------
+
+    def adapt_in_flight(self) -> None:
+        """Bound evaluations in flight by the judge's round trip from now on (the non-live
+        lanes beside a live lane: :mod:`worker.in_flight_limit`)."""
+        self._slots.limit = InFlightLimit(self._slots.count)
+
+    def stop_adapting(self) -> None:
+        """Open every slot again (warm shutdown: held messages drain at full concurrency, within
+        ``Settings.longest_task_s``). Safe from any thread."""
+        self.loop.call_soon_threadsafe(self._open_all_slots)
+
+    def _open_all_slots(self) -> None:
+        self._slots.limit = None
+        self._slots.wake()
+
+    @property
+    def in_flight_limit(self) -> InFlightLimit | None:
+        """The adaptive limit, when :meth:`adapt_in_flight` turned it on."""
+        return self._slots.limit
+
+    def _judge_answered(self, round_trip_s: float) -> None:
+        limit = self._slots.limit
+        if limit is not None:
+            limit.observe(round_trip_s, self._slots.in_use)
+            self._slots.wake()
 
     async def evaluate(
         self, trace: Trace, name: str, *, urgent: bool = False

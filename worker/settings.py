@@ -625,7 +625,9 @@ COMMAND_VARIABLES = frozenset(
     }
 )
 """Environment twins of command-only CLI flags (``envvar=`` of the commands; a test compares)."""
-INTERNAL_VARIABLES = frozenset({"EVALQ_SUPERVISOR_PID", "EVALQ_AUDIT_REQUIRED"})
+INTERNAL_VARIABLES = frozenset(
+    {"EVALQ_SUPERVISOR_PID", "EVALQ_BESIDE_LIVE", "EVALQ_AUDIT_REQUIRED"}
+)
 """Set by evalq itself (a supervisor for its children) or read by the CI scripts (``.ci/``)."""
 TEST_PREFIX = "EVALQ_TEST_"
 """Reserved for the test suite and benchmarks (``EVALQ_TEST_POSTGRES_URL``, ``EVALQ_TEST_SOAK``)."""

@@ -6,6 +6,10 @@ live messages; with a plain ``asyncio.Semaphore`` a live snapshot queued behind 
 backfill snapshots waited several evaluation rounds for a slot (measured: live P95 789 ms beside
 a saturating backfill at a 100 ms judge, `bench/lanes.py`). asyncio has no priority semaphore,
 hence these few lines: two FIFO queues of waiters, urgent first; FIFO within each.
+
+With an :class:`~worker.in_flight_limit.InFlightLimit` the slots in use stay within its current
+limit as well (the non-live lanes of a worker that serves live too: see that module); a slot
+freed above the limit is not handed on, and :meth:`wake` hands out slots the limit has grown by.
 """
 
 from __future__ import annotations
@@ -15,16 +19,20 @@ import collections
 import contextlib
 from collections.abc import AsyncIterator
 
+from worker.in_flight_limit import InFlightLimit
+
 __all__ = ["Slots"]
 
 
 class Slots:
     """``count`` evaluation slots; :meth:`held` waits for one (urgent waiters go first)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, limit: InFlightLimit | None = None) -> None:
         if count < 1:
             raise ValueError("at least one slot")
-        self._free = count
+        self.count = count
+        self.limit = limit
+        self.in_use = 0
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._other: collections.deque[asyncio.Future[None]] = collections.deque()
 
@@ -42,9 +50,13 @@ class Slots:
         finally:
             self._release()
 
+    def _open(self) -> int:
+        """Slots that may be in use now."""
+        return self.count if self.limit is None else min(self.count, self.limit.current)
+
     async def _acquire(self, urgent: bool) -> None:
-        if self._free > 0 and not self.waiting:
-            self._free -= 1
+        if self.in_use < self._open() and not self.waiting:
+            self.in_use += 1
             return
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         (self._urgent if urgent else self._other).append(granted)
@@ -52,16 +64,25 @@ class Slots:
             await granted
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
-                self._release()  # granted just as it was cancelled: pass the slot on
+                self._release()  # granted just as it was cancelled: give the slot back
             else:
-                granted.cancel()  # skipped by _release
+                granted.cancel()  # skipped by _grant_next
             raise
 
     def _release(self) -> None:
+        self.in_use -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        """Hand open slots to waiters (after a release, or when the limit has grown)."""
+        while self.in_use < self._open() and self._grant_next():
+            self.in_use += 1
+
+    def _grant_next(self) -> bool:
         for queue in (self._urgent, self._other):
             while queue:
                 waiter = queue.popleft()
                 if not waiter.done():
                     waiter.set_result(None)
-                    return
-        self._free += 1
+                    return True
+        return False

@@ -12,7 +12,9 @@ starts two groups of ``processes`` children: one serving the live lane alone, on
 then never waits behind a saturating backfill inside one process: not for the consumer thread
 that fetches (measured beside a saturating backfill: hand-over 50 ms at P50 and 116 ms at P95
 when both lanes shared a process, 6 ms and 25 ms in a process of its own), not for the loop,
-not for the GIL; and the other group runs at a lower CPU priority (:data:`BESIDE_LIVE_NICE`).
+not for the GIL; and the other group runs at a lower CPU priority (:data:`BESIDE_LIVE_NICE`)
+with its evaluations in flight following the judge's round trip (:mod:`worker.in_flight_limit`:
+a backfill's requests queued at the judge delay the live ones queued behind them).
 A group of one lane (``--lanes live`` or ``--lanes backfill``) is one group.
 
 The supervisor:
@@ -48,6 +50,7 @@ from producer.topology import Lane
 from worker import metrics
 from worker.halt import EXIT_HALTED
 from worker.lifecycle import PARENT_ENV
+from worker.runtime import BESIDE_LIVE_ENV
 from worker.settings import Settings
 
 __all__ = [
@@ -105,6 +108,7 @@ class _Plan:
     lanes: tuple[Lane, ...]
     share: int
     nice: int
+    beside_live: bool = False
 
     @property
     def lane_names(self) -> str:
@@ -118,13 +122,9 @@ def plan(settings: Settings) -> list[_Plan]:
     :data:`BESIDE_LIVE_NICE`."""
     split = len(settings.lane_groups) > 1
     return [
-        _Plan(
-            lanes,
-            share,
-            max(settings.nice, BESIDE_LIVE_NICE)
-            if split and Lane.LIVE not in lanes
-            else settings.nice,
-        )
+        _Plan(lanes, share, max(settings.nice, BESIDE_LIVE_NICE), beside_live=True)
+        if split and Lane.LIVE not in lanes
+        else _Plan(lanes, share, settings.nice)
         for lanes in settings.lane_groups
         for share in shares(settings.concurrency, settings.processes)
     ]
@@ -175,7 +175,7 @@ class Supervisor:
             EVALQ_LANES=child.lane_names,
             EVALQ_LOG_LEVEL=self.settings.log_level,
             EVALQ_NICE=str(child.nice),
-            **{PARENT_ENV: str(os.getpid())},
+            **{PARENT_ENV: str(os.getpid()), BESIDE_LIVE_ENV: "1" if child.beside_live else "0"},
         )
         if self.settings.config is not None:  # `evalq worker --config FILE`
             env["EVALQ_CONFIG"] = str(self.settings.config.resolve())

@@ -150,6 +150,30 @@ def test_thousands_in_flight_need_no_threads(store: Store) -> None:
     assert store.count_evaluations() == 4096
 
 
+def test_an_adaptive_runtime_starts_at_its_floor_and_learns_the_judge(store: Store) -> None:
+    """Beside live: 40 backfill messages on 64 slots start 16 at a time (the floor), the limit
+    learns the judge's round trip from its answers, and every message is still recorded."""
+    judge = CountingJudge(delay_s=0.2)
+    rt = Runtime(load_settings(concurrency=64, processes=1), store=store, judge=judge)
+    try:
+        rt.adapt_in_flight()
+        limit = rt.in_flight_limit
+        assert limit is not None
+        assert (limit.floor, limit.current) == (16, 16)
+        items = [s.wire() for s in _snapshots(40, "adapt")]
+        verdicts = _handle(rt, [_evaluate(item, Lane.BACKFILL) for item in items])
+        rt.stop_adapting()
+        rt.call(asyncio.sleep(0))  # stop_adapting runs on the loop
+        stopped = rt.in_flight_limit
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK] * 40
+    assert 16 <= judge.most_in_flight < 40  # without the limit all 40 would be in flight at once
+    assert limit.no_load_s == pytest.approx(0.2, abs=0.1)
+    assert stopped is None
+    assert store.count_evaluations() == 40
+
+
 def test_records_that_finish_together_share_a_transaction(store: Store) -> None:
     """Group commit: 40 backfill evaluations ending together are written in a few transactions."""
     counting = CountingStore(store)

@@ -9,6 +9,7 @@ import pytest
 
 from producer.topology import Lane
 from worker.lifecycle import PARENT_ENV
+from worker.runtime import BESIDE_LIVE_ENV
 from worker.settings import load_settings
 from worker.supervisor import BESIDE_LIVE_NICE, Supervisor, plan, shares
 
@@ -60,6 +61,8 @@ def test_the_live_lane_gets_consumer_processes_of_its_own() -> None:
     assert children == [((Lane.LIVE,), 128), ((Lane.LIVE,), 128), (rest, 128), (rest, 128)]
     nices = [Supervisor(settings)._env(p)["EVALQ_NICE"] for p in plan(settings)]
     assert nices == ["0", "0", str(BESIDE_LIVE_NICE), str(BESIDE_LIVE_NICE)]
+    beside = [Supervisor(settings)._env(p)[BESIDE_LIVE_ENV] for p in plan(settings)]
+    assert beside == ["0", "0", "1", "1"]  # the other group's in-flight follows the judge
     assert [Supervisor(settings)._env(p)["EVALQ_LANES"] for p in plan(settings)] == [
         "live",
         "live",
@@ -92,3 +95,4 @@ def test_a_configured_nice_is_kept_and_never_lowered_beside_live() -> None:
     assert {p.nice for p in plan(both)} == {15}
     alone = load_settings(lanes="backfill", processes=2)
     assert {p.nice for p in plan(alone)} == {0}
+    assert {Supervisor(alone)._env(p)[BESIDE_LIVE_ENV] for p in plan(alone)} == {"0"}
