@@ -25,7 +25,8 @@ of round trips rather than per request (a window's median is steadier than singl
 
 It starts at its floor and grows, so the first windows measure the judge unloaded. The floor is
 a quarter of the ceiling (:data:`FLOOR_SHARE`), which bounds how much longer held messages can
-wait for a slot than with the fixed count (``Settings.longest_task_s`` counts it).
+wait for a slot than with the fixed count; at a warm shutdown the runtime opens every slot again
+(``Runtime.stop_adapting``), so the drain stays within ``Settings.longest_task_s``.
 
 Not a library: aioadaptive (the one asyncio Vegas limiter on PyPI) is a semaphore of its own
 without the live-first waiting :class:`~worker.slots.Slots` does; this module is the arithmetic

@@ -315,8 +315,10 @@ class Runtime:
     def _judge_answered(self, round_trip_s: float) -> None:
         limit = self._slots.limit
         if limit is not None:
+            before = limit.current
             limit.observe(round_trip_s, self._slots.in_use)
-            self._slots.wake()
+            if limit.current > before:  # only a grown limit has slots to hand out
+                self._slots.wake()
 
     async def evaluate(
         self, trace: Trace, name: str, *, urgent: bool = False
