@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from worker.cpu_affinity import pin_from_env
 from worker.running import run_worker
 from worker.settings import ConfigError, load_settings
 
@@ -18,7 +17,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker")
     parser.add_argument("--hostname", default=None, help="Celery node name")
     args = parser.parse_args(argv)
-    pin_from_env()  # first: every thread started from here on inherits the CPU
     try:
         settings = load_settings()
         settings.require_broker()

@@ -311,9 +311,6 @@ class Settings(BaseSettings):
     processes: int = Field(default_factory=_default_processes, ge=1, le=256)
     batch_size: int = Field(default=4, ge=1, le=1000)
     nice: int = Field(default=0, ge=0, le=19)
-    # "auto": each consumer process of a group on a CPU of its own when they fit
-    # (worker.cpu_affinity); "off" where other busy programs share the worker's CPUs.
-    cpu_affinity: Literal["auto", "off"] = "auto"
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)
     # How long a transient store fault (disk full, database unreachable, locked) holds the
@@ -629,7 +626,7 @@ COMMAND_VARIABLES = frozenset(
 )
 """Environment twins of command-only CLI flags (``envvar=`` of the commands; a test compares)."""
 INTERNAL_VARIABLES = frozenset(
-    {"EVALQ_SUPERVISOR_PID", "EVALQ_BESIDE_LIVE", "EVALQ_CPU", "EVALQ_AUDIT_REQUIRED"}
+    {"EVALQ_SUPERVISOR_PID", "EVALQ_BESIDE_LIVE", "EVALQ_AUDIT_REQUIRED"}
 )
 """Set by evalq itself (a supervisor for its children) or read by the CI scripts (``.ci/``)."""
 TEST_PREFIX = "EVALQ_TEST_"

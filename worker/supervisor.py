@@ -48,7 +48,6 @@ from types import FrameType
 
 from producer.topology import Lane
 from worker import metrics
-from worker.cpu_affinity import CPU_ENV, allowed_cpus, plan_cpus
 from worker.halt import EXIT_HALTED
 from worker.lifecycle import PARENT_ENV
 from worker.runtime import BESIDE_LIVE_ENV
@@ -110,7 +109,6 @@ class _Plan:
     share: int
     nice: int
     beside_live: bool = False
-    cpu: int | None = None
 
     @property
     def lane_names(self) -> str:
@@ -118,26 +116,17 @@ class _Plan:
         return ",".join(lane.value for lane in self.lanes)
 
 
-def plan(settings: Settings, cpus: list[int] | None = None) -> list[_Plan]:
+def plan(settings: Settings) -> list[_Plan]:
     """Every consumer process of the worker: each of ``settings.lane_groups`` split over
-    ``processes``; in a worker of one group, process *i* on CPU *i* of ``cpus`` (default: the
-    allowed ones; :mod:`worker.cpu_affinity`); beside a live group, the other group runs at least
-    at :data:`BESIDE_LIVE_NICE`."""
+    ``processes``; beside a live group, the other group runs at least at
+    :data:`BESIDE_LIVE_NICE`."""
     split = len(settings.lane_groups) > 1
-    group_shares = shares(settings.concurrency, settings.processes)
-    on = plan_cpus(
-        len(group_shares),
-        allowed_cpus() if cpus is None else cpus,
-        # Only a worker of one lane group: beside a live group, pinned processes slowed the
-        # judge's replies to live requests (docs/concurrency.md, "Eleventh round").
-        enabled=settings.cpu_affinity == "auto" and not split,
-    )
     return [
-        _Plan(lanes, share, max(settings.nice, BESIDE_LIVE_NICE), beside_live=True, cpu=cpu)
+        _Plan(lanes, share, max(settings.nice, BESIDE_LIVE_NICE), beside_live=True)
         if split and Lane.LIVE not in lanes
-        else _Plan(lanes, share, settings.nice, cpu=cpu)
+        else _Plan(lanes, share, settings.nice)
         for lanes in settings.lane_groups
-        for share, cpu in zip(group_shares, on, strict=True)
+        for share in shares(settings.concurrency, settings.processes)
     ]
 
 
@@ -188,8 +177,6 @@ class Supervisor:
             EVALQ_NICE=str(child.nice),
             **{PARENT_ENV: str(os.getpid()), BESIDE_LIVE_ENV: "1" if child.beside_live else "0"},
         )
-        if child.cpu is not None:
-            env[CPU_ENV] = str(child.cpu)
         if self.settings.config is not None:  # `evalq worker --config FILE`
             env["EVALQ_CONFIG"] = str(self.settings.config.resolve())
         return env
@@ -204,12 +191,11 @@ class Supervisor:
         process = subprocess.Popen(argv, env=self._env(child))  # noqa: S603 - our own module
         self.children[index] = _Child(index, child, process)
         _log.info(
-            "consumer process %d started (pid %d, %d slots, lanes %s, cpu %s)",
+            "consumer process %d started (pid %d, %d slots, lanes %s)",
             index,
             process.pid,
             child.share,
             child.lane_names,
-            "any" if child.cpu is None else child.cpu,
         )
 
     def _watch(self) -> int:

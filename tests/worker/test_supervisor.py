@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from producer.topology import Lane
-from worker.cpu_affinity import CPU_ENV
 from worker.lifecycle import PARENT_ENV
 from worker.runtime import BESIDE_LIVE_ENV
-from worker.settings import ConfigError, load_settings
+from worker.settings import load_settings
 from worker.supervisor import BESIDE_LIVE_NICE, Supervisor, plan, shares
 
 
@@ -97,36 +96,3 @@ def test_a_configured_nice_is_kept_and_never_lowered_beside_live() -> None:
     alone = load_settings(lanes="backfill", processes=2)
     assert {p.nice for p in plan(alone)} == {0}
     assert {Supervisor(alone)._env(p)[BESIDE_LIVE_ENV] for p in plan(alone)} == {"0"}
-
-
-def test_a_one_group_worker_puts_each_process_on_a_cpu_of_its_own() -> None:
-    """`--lanes backfill` on 2 processes and CPUs 3 and 5: child 0 on CPU 3, child 1 on CPU 5."""
-    settings = load_settings(lanes="backfill", processes=2)
-    children = plan(settings, cpus=[3, 5])
-    assert [p.cpu for p in children] == [3, 5]
-    assert [Supervisor(settings)._env(p)[CPU_ENV] for p in children] == ["3", "5"]
-
-
-@pytest.mark.parametrize(
-    ("overrides", "cpus"),
-    [
-        ({"lanes": "backfill", "processes": 3}, [0, 1]),  # more processes than CPUs
-        ({"lanes": "backfill", "processes": 1}, [0]),  # a single CPU: nothing to choose
-        ({"lanes": "backfill", "processes": 2, "cpu_affinity": "off"}, [0, 1]),
-        ({"processes": 2}, [0, 1]),  # live beside other lanes: two groups
-    ],
-)
-def test_no_cpu_is_chosen_when_pinning_does_not_fit(
-    overrides: dict[str, object], cpus: list[int]
-) -> None:
-    """Oversubscribed, one CPU, EVALQ_CPU_AFFINITY=off, or a split worker: children float."""
-    settings = load_settings(**overrides)
-    children = plan(settings, cpus=cpus)
-    assert {p.cpu for p in children} == {None}
-    assert all(CPU_ENV not in Supervisor(settings)._env(p) for p in children)
-
-
-def test_an_unknown_cpu_affinity_value_is_refused_by_name() -> None:
-    """EVALQ_CPU_AFFINITY takes auto or off; anything else fails at start, naming the field."""
-    with pytest.raises(ConfigError, match=r"EVALQ_CPU_AFFINITY: Input should be 'auto' or 'off'"):
-        load_settings(cpu_affinity="always")
