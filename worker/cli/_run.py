@@ -53,23 +53,21 @@ def run(
     config = settings(config=config_file)
     with store(config) as opened:  # fail fast, in one line, before starting Redis and a worker
         where = opened.location
-    # SIGTERM unwinds like Ctrl-C, so the embedded Redis and the worker are stopped too.
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    interruption = _Interruption.install()
     seen = _Seen()
     try:
         with _progress() as progress:
             task = progress.add_task("evaluating", total=None)
 
             def update(done: int, dead: int, total: int) -> None:
+                interruption.check()  # a signal swallowed by a finalizer is raised here again
                 seen.done, seen.dead, seen.total = done, dead, total
                 progress.update(task, completed=done + dead, total=total)
 
             result = run_pipeline(
                 file, config, spawn_worker=spawn_worker, timeout_s=timeout_s, progress=update
             )
-    except KeyboardInterrupt:
-        _interrupted(seen, where, 130)
-    except _Terminated as stop:
+    except _Interrupted as stop:
         _interrupted(seen, where, 128 + stop.signum)
     _print_run(result, config)
     print_rejections(result.rejected_examples, result.rejected_lines)
@@ -89,16 +87,44 @@ class _Seen:
     total: int | None = None
 
 
-class _Terminated(BaseException):
-    """SIGTERM during a run: unwind like Ctrl-C (the pipeline stops what it started)."""
+class _Interrupted(BaseException):
+    """Ctrl-C or SIGTERM during a run: unwinds like KeyboardInterrupt (the pipeline stops what
+    it started), then the run exits ``128 + signum``."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise _Terminated(signum)
+@dataclass
+class _Interruption:
+    """SIGINT and SIGTERM as :class:`_Interrupted`, raised again until it is not lost.
+
+    Why not Python's own KeyboardInterrupt: a signal's exception is raised in whatever code runs
+    when it arrives, and when that is a finalizer (redis-py's ``ConnectionPool.__del__`` during a
+    garbage collection, seen in about 1 of 50 Ctrl-C's under load) Python prints "Exception
+    ignored" and goes on: the run then waited for its whole ``--timeout-s``. The handler records
+    the signal, and :meth:`check` (called with every progress update, 5 times a second) raises
+    it again.
+    """
+
+    signum: int | None = None
+
+    @classmethod
+    def install(cls) -> _Interruption:
+        interruption = cls()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, interruption.handle)
+        return interruption
+
+    def handle(self, signum: int, _frame: object) -> None:
+        self.signum = signum
+        raise _Interrupted(signum)
+
+    def check(self) -> None:
+        """Raise the recorded signal (a no-op when none came)."""
+        if self.signum is not None:
+            raise _Interrupted(self.signum)
 
 
 def _interrupted(seen: _Seen, where: str, code: int) -> NoReturn:
