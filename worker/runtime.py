@@ -18,7 +18,9 @@ Why this shape (docs/concurrency.md has the measurements):
   bound evaluations (hence judge requests: one per evaluation at a time) in flight; a freed slot
   goes to a waiting live snapshot first. A snapshot's budget starts when it gets a slot, so
   waiting behind other work never eats its budget. Beside a live lane, the other lanes' slots
-  also follow the judge's round trip (:meth:`Runtime.adapt_in_flight`).
+  also follow the judge's round trip (:meth:`Runtime.adapt_in_flight`), and every runtime's
+  slots follow the loop's own lag (:mod:`worker.loop_lag_limit`): a CPU-bound process holds
+  back messages instead of letting its backlog eat their budgets.
 - **The backstop.** The engine returns a report with TIMEOUT results at its deadline. Should it
   not (a judge that ignores cancellation, a blocked loop), the runtime cancels it at
   ``budget + BACKSTOP_MARGIN_S`` and records what the engine had by then: completed results, the
@@ -49,6 +51,7 @@ from worker.evaluation import Evaluator, Progress, Reason, Report, Trace
 from worker.halt import EXIT_CRASHED, Halt
 from worker.in_flight_limit import InFlightLimit
 from worker.judges import ChatJudge, Judge, SyntheticJudge, SystemOneJudge
+from worker.loop_lag_limit import SAMPLE_S, LoopLagLimit
 from worker.metric_sets import MetricSet, build_metric_set
 from worker.settings import BACKSTOP_MARGIN_S, JudgeKind, Settings
 from worker.slots import Slots
@@ -247,6 +250,8 @@ class Runtime:
         # status + latency of every request; valid answers' round trips feed the in-flight limit
         self.judge: Judge = metrics.MeteredJudge(raw, on_answer=self._judge_answered)
         self._slots = Slots(settings.process_concurrency)
+        self._slots.guard = LoopLagLimit(self._slots.count)
+        self._lag_watch = self.call(self._start_watching())
         if beside_live:
             self.adapt_in_flight()
         self._owns_store = store is None
@@ -304,8 +309,31 @@ class Runtime:
         self.loop.call_soon_threadsafe(self._open_all_slots)
 
     def _open_all_slots(self) -> None:
-        self._slots.limit = None
+        self._slots.limit = self._slots.guard = None
         self._slots.wake()
+
+    async def _start_watching(self) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(self._watch_loop_lag())
+
+    async def _stop_watching(self) -> None:
+        self._lag_watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._lag_watch
+
+    async def _watch_loop_lag(self) -> None:
+        """Feed the loop's lag to the slots' guard until a warm shutdown opens every slot."""
+        while (guard := self._slots.guard) is not None:
+            asleep = self.loop.time()
+            await asyncio.sleep(SAMPLE_S)
+            before = guard.current
+            guard.observe(self.loop.time() - asleep - SAMPLE_S, self._slots.in_use)
+            if guard.current > before:  # only a grown limit has slots to hand out
+                self._slots.wake()
+
+    @property
+    def loop_lag_limit(self) -> LoopLagLimit | None:
+        """The limit by the loop's lag (None after a warm shutdown opened every slot)."""
+        return self._slots.guard
 
     @property
     def in_flight_limit(self) -> InFlightLimit | None:
@@ -359,6 +387,8 @@ class Runtime:
     def close(self) -> None:
         """Close the judge's client and the store, and stop the loop."""
         self._closing = True
+        if self._thread.is_alive():
+            self.call(self._stop_watching(), timeout_s=5.0)
         aclose = getattr(self.judge, "aclose", None)
         if aclose is not None and self._thread.is_alive():  # a dead loop cannot run it
             try:

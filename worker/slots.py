@@ -10,6 +10,8 @@ hence these few lines: two FIFO queues of waiters, urgent first; FIFO within eac
 With an :class:`~worker.in_flight_limit.InFlightLimit` the slots in use stay within its current
 limit as well (the non-live lanes of a worker that serves live too: see that module); a slot
 freed above the limit is not handed on, and :meth:`wake` hands out slots the limit has grown by.
+A :class:`~worker.loop_lag_limit.LoopLagLimit` (``guard``, every runtime's) bounds them the same
+way, by the event loop's lag; the lower of the two applies.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from worker.in_flight_limit import InFlightLimit
+from worker.loop_lag_limit import LoopLagLimit
 
 __all__ = ["Slots"]
 
@@ -27,11 +30,17 @@ __all__ = ["Slots"]
 class Slots:
     """``count`` evaluation slots; :meth:`held` waits for one (urgent waiters go first)."""
 
-    def __init__(self, count: int, limit: InFlightLimit | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        limit: InFlightLimit | None = None,
+        guard: LoopLagLimit | None = None,
+    ) -> None:
         if count < 1:
             raise ValueError("at least one slot")
         self.count = count
         self.limit = limit
+        self.guard = guard
         self.in_use = 0
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._other: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -52,7 +61,8 @@ class Slots:
 
     def _open(self) -> int:
         """Slots that may be in use now."""
-        return self.count if self.limit is None else min(self.count, self.limit.current)
+        open_now = self.count if self.limit is None else min(self.count, self.limit.current)
+        return open_now if self.guard is None else min(open_now, self.guard.current)
 
     async def _acquire(self, urgent: bool) -> None:
         if self.in_use < self._open() and not self.waiting:

@@ -1,0 +1,113 @@
+"""The limit by the loop's lag: untouched by a loop with room, shrinks on a backlog, grows back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from worker.in_flight_limit import InFlightLimit
+from worker.loop_lag_limit import GROWTH_SHARE, HIGH_S, LOW_S, WINDOW, LoopLagLimit
+from worker.runtime import Runtime
+from worker.settings import load_settings
+from worker.slots import Slots
+from worker.store import Store
+
+_BACKLOG_S = 2 * HIGH_S
+_IDLE_S = LOW_S / 4
+
+
+def _windows(limit: LoopLagLimit, lag_s: float, windows: int, in_flight: int | None = None) -> None:
+    """``windows`` windows of one lag, with ``in_flight`` (default: every allowed slot) in use."""
+    for _ in range(windows * WINDOW):
+        limit.observe(lag_s, limit.current if in_flight is None else in_flight)
+
+
+def test_it_starts_at_its_ceiling_and_a_loop_with_room_keeps_it_there() -> None:
+    """No lag with every slot in use: the limit stays at the ceiling, never above it."""
+    limit = LoopLagLimit(1024)
+    assert (limit.floor, limit.current) == (128, 1024)
+    _windows(limit, _IDLE_S, 20)
+    assert limit.current == 1024
+
+
+def test_a_backlog_shrinks_it_to_three_quarters_of_what_was_in_flight_down_to_its_floor() -> None:
+    """Median lag above HIGH_S: 3/4 of the busiest count per window, never below the floor."""
+    limit = LoopLagLimit(1024)
+    _windows(limit, _BACKLOG_S, 1, in_flight=800)
+    assert limit.current == 600
+    _windows(limit, _BACKLOG_S, 20)
+    assert limit.current == limit.floor == 128
+
+
+def test_a_burst_within_a_window_does_not_move_it() -> None:
+    """A few late samples (a fetch's worth starting at once) leave the window's median low."""
+    limit = LoopLagLimit(1024)
+    for i in range(WINDOW):
+        limit.observe(1.0 if i < WINDOW // 2 - 1 else _IDLE_S, 1024)
+    assert limit.current == 1024
+
+
+def test_it_grows_back_step_by_step_only_while_it_is_used_and_the_loop_has_room() -> None:
+    """After a backlog: a fully used limit grows by ceiling/GROWTH_SHARE per quiet window; a
+    little-used one, or one at a lag between LOW_S and HIGH_S, holds."""
+    limit = LoopLagLimit(1024)
+    _windows(limit, _BACKLOG_S, 20)
+    _windows(limit, _IDLE_S, 3, in_flight=10)
+    assert limit.current == 128
+    _windows(limit, (LOW_S + HIGH_S) / 2, 3)
+    assert limit.current == 128
+    _windows(limit, _IDLE_S, 1)
+    assert limit.current == 128 + 1024 // GROWTH_SHARE
+    _windows(limit, _IDLE_S, 2 * GROWTH_SHARE)
+    assert limit.current == 1024
+
+
+def test_it_refuses_a_ceiling_below_one() -> None:
+    """A ceiling of 0 is a bug in the caller: ValueError."""
+    with pytest.raises(ValueError, match="ceiling"):
+        LoopLagLimit(0)
+
+
+def test_slots_hold_to_the_lower_of_the_judge_limit_and_the_loop_guard() -> None:
+    """With both limits set, slots in use stay within the lower one."""
+    guard = LoopLagLimit(64)
+    _windows(guard, _BACKLOG_S, 1, in_flight=40)  # 30
+    slots = Slots(64, limit=InFlightLimit(64), guard=guard)  # the judge limit starts at 16
+    assert slots._open() == 16
+    slots.limit = None
+    assert slots._open() == 30
+    slots.guard = None
+    assert slots._open() == 64
+
+
+async def _block(loop: asyncio.AbstractEventLoop, turns: int) -> None:
+    """Hold the loop ~2.5 x HIGH_S at each of ``turns`` turns (a CPU-bound backlog)."""
+    for _ in range(turns):
+        time.sleep(2.5 * HIGH_S)  # noqa: ASYNC251 - blocking the loop is the point
+        await asyncio.sleep(0)
+
+
+def test_a_runtime_whose_loop_is_blocked_lowers_its_limit_and_a_warm_shutdown_opens_it(
+    store: Store,
+) -> None:
+    """The runtime samples its own loop: blocked for ~1.5 s the guard shrinks; stop_adapting
+    drops it (every slot open for the drain)."""
+    rt = Runtime(load_settings(concurrency=64, processes=1), store=store)
+    try:
+        guard = rt.loop_lag_limit
+        assert guard is not None
+        assert guard.current == 64
+        rt.loop.call_soon_threadsafe(rt.loop.create_task, _block(rt.loop, turns=16))
+        deadline = time.monotonic() + 10
+        while guard.current == 64 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert guard.current < 64
+        rt.stop_adapting()
+        deadline = time.monotonic() + 5
+        while rt.loop_lag_limit is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rt.loop_lag_limit is None
+    finally:
+        rt.close()
