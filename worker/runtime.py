@@ -387,8 +387,9 @@ class Runtime:
     def close(self) -> None:
         """Close the judge's client and the store, and stop the loop."""
         self._closing = True
-        if self._thread.is_alive():
-            self.call(self._stop_watching(), timeout_s=5.0)
+        if self._thread.is_alive():  # a loop blocked past 5 s must not stop the shutdown
+            with contextlib.suppress(TimeoutError):
+                self.call(self._stop_watching(), timeout_s=5.0)
         aclose = getattr(self.judge, "aclose", None)
         if aclose is not None and self._thread.is_alive():  # a dead loop cannot run it
             try:
