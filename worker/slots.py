@@ -61,8 +61,11 @@ class Slots:
 
     def _open(self) -> int:
         """Slots that may be in use now."""
-        open_now = self.count if self.limit is None else min(self.count, self.limit.current)
-        return open_now if self.guard is None else min(open_now, self.guard.current)
+        open_now = self.count
+        for limit in (self.limit, self.guard):  # the lower of the two, when set
+            if limit is not None:
+                open_now = min(open_now, limit.current)
+        return open_now
 
     async def _acquire(self, urgent: bool) -> None:
         if self.in_use < self._open() and not self.waiting:
