@@ -12,10 +12,15 @@ slot to reach C/L.
 So the limit follows the loop's lag (how late a timer the loop set for itself fires; a loop
 with a backlog runs it late): sampled every :data:`SAMPLE_S`, judged per window of
 :data:`WINDOW` samples by their median (one burst of work, a fetch's worth starting together,
-does not move a median):
+does not move a median). A loop lagging seconds takes seconds per sample, so a window also
+closes once its samples span :data:`WINDOW_S` (at least :data:`MIN_SAMPLES` of them): with ten
+samples of ~1 s lag, a slow machine at 2,048 in flight waited ~10 s for its first decision while
+nearly every evaluation ran out of budget (docs/concurrency.md, "Thirteenth round").
 
 - median lag above :data:`HIGH_S`: the limit drops to 3/4 of the most evaluations in flight
-  during the window (not of the limit, which may be far above what was used);
+  during the window (not of the limit, which may be far above what was used), or in proportion
+  to the lag when that is lower (``HIGH_S / median``: a 1 s lag keeps a tenth), since a loop's
+  backlog grows with the work in flight;
 - median lag below :data:`LOW_S` while at least 9/10 of the limit was in use: it grows by
   ``ceiling /`` :data:`GROWTH_SHARE` (a CPU with room gets its slots back within seconds);
 - otherwise it holds, within ``[floor, ceiling]``; the floor is ``ceiling //`` :data:`FLOOR_SHARE`.
@@ -32,12 +37,26 @@ from __future__ import annotations
 
 import statistics
 
-__all__ = ["FLOOR_SHARE", "GROWTH_SHARE", "HIGH_S", "LOW_S", "SAMPLE_S", "WINDOW", "LoopLagLimit"]
+__all__ = [
+    "FLOOR_SHARE",
+    "GROWTH_SHARE",
+    "HIGH_S",
+    "LOW_S",
+    "MIN_SAMPLES",
+    "SAMPLE_S",
+    "WINDOW",
+    "WINDOW_S",
+    "LoopLagLimit",
+]
 
 SAMPLE_S = 0.05
 """How often the loop's lag is sampled (a timer of this length, and how late it fires)."""
 WINDOW = 10
 """Samples per decision (0.5 s)."""
+WINDOW_S = 2.0
+"""A window also closes once its samples span this long (a lagging loop's samples are slow)."""
+MIN_SAMPLES = 3
+"""Samples a window needs at least (a median of fewer is one burst)."""
 HIGH_S = 0.1
 """A window's median lag above this shrinks the limit: the loop has a backlog of ~0.1 s at every
 turn, and an evaluation takes several turns."""
@@ -60,6 +79,7 @@ class LoopLagLimit:
         self.floor = max(1, ceiling // FLOOR_SHARE)
         self._limit = float(ceiling)
         self._window: list[float] = []
+        self._span_s = 0.0
         self._busiest = 0
 
     @property
@@ -70,15 +90,17 @@ class LoopLagLimit:
     def observe(self, lag_s: float, in_flight: int) -> None:
         """One lag sample, taken with ``in_flight`` evaluations in flight."""
         self._window.append(lag_s)
+        self._span_s += SAMPLE_S + lag_s
         self._busiest = max(self._busiest, in_flight)
-        if len(self._window) >= WINDOW:
+        count = len(self._window)
+        if count >= WINDOW or (count >= MIN_SAMPLES and self._span_s >= WINDOW_S):
             median_s = statistics.median(self._window)
-            busiest, self._window, self._busiest = self._busiest, [], 0
+            busiest, self._window, self._busiest, self._span_s = self._busiest, [], 0, 0.0
             self._limit = min(max(self._next(median_s, busiest), self.floor), self.ceiling)
 
     def _next(self, median_s: float, busiest: int) -> float:
         if median_s > HIGH_S:
-            return min(self._limit, busiest) * 0.75
+            return min(self._limit, busiest) * min(0.75, HIGH_S / median_s)
         if median_s < LOW_S and busiest * 10 >= self._limit * 9:
             return self._limit + self.ceiling / GROWTH_SHARE
         return self._limit

@@ -8,13 +8,22 @@ import time
 import pytest
 
 from worker.in_flight_limit import InFlightLimit
-from worker.loop_lag_limit import GROWTH_SHARE, HIGH_S, LOW_S, WINDOW, LoopLagLimit
+from worker.loop_lag_limit import (
+    GROWTH_SHARE,
+    HIGH_S,
+    LOW_S,
+    MIN_SAMPLES,
+    SAMPLE_S,
+    WINDOW,
+    WINDOW_S,
+    LoopLagLimit,
+)
 from worker.runtime import Runtime
 from worker.settings import load_settings
 from worker.slots import Slots
 from worker.store import Store
 
-_BACKLOG_S = 2 * HIGH_S
+_BACKLOG_S = 1.2 * HIGH_S  # a window of these spans less than WINDOW_S; the cut is 3/4
 _IDLE_S = LOW_S / 4
 
 
@@ -45,8 +54,33 @@ def test_a_burst_within_a_window_does_not_move_it() -> None:
     """A few late samples (a fetch's worth starting at once) leave the window's median low."""
     limit = LoopLagLimit(1024)
     for i in range(WINDOW):
-        limit.observe(1.0 if i < WINDOW // 2 - 1 else _IDLE_S, 1024)
+        limit.observe(0.3 if i < WINDOW // 2 - 1 else _IDLE_S, 1024)
     assert limit.current == 1024
+
+
+def test_a_loop_lagging_seconds_is_judged_early_and_cut_in_proportion() -> None:
+    """Samples lagging 0.5 s close a window once they span WINDOW_S (4 of them, not WINDOW), and
+    the cut keeps HIGH_S / lag of what was in flight (1/5 here, not 3/4); a 2 s lag after it
+    closes the next window at MIN_SAMPLES and cuts to the floor."""
+    limit = LoopLagLimit(4096)
+    samples = 0
+    while (samples + 1) * (SAMPLE_S + 0.5) < WINDOW_S:
+        limit.observe(0.5, 4000)
+        samples += 1
+    assert (samples, limit.current) == (3, 4096)
+    limit.observe(0.5, 4000)
+    assert limit.current == 800
+    for _ in range(MIN_SAMPLES):
+        limit.observe(2.0, 800)
+    assert limit.current == limit.floor == 512
+
+
+def test_a_moderate_backlog_is_cut_by_its_lag_ratio() -> None:
+    """A window's median of twice HIGH_S halves what was in flight (lower than 3/4)."""
+    limit = LoopLagLimit(1024)
+    for _ in range(WINDOW):
+        limit.observe(2 * HIGH_S, 800)
+    assert limit.current == 400
 
 
 def test_it_grows_back_step_by_step_only_while_it_is_used_and_the_loop_has_room() -> None:
