@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -10,10 +11,11 @@ import time
 
 import httpx
 import pytest
+from aiohttp import web
 
-from tests.judges.judge_kit import NOUL
+from tests.judges.judge_kit import MIXED, NOUL
 from worker.judges import SystemOneJudge
-from worker.judges.testing import JudgeServer, serve_in_thread, stall
+from worker.judges.testing import Fault, JudgeServer, serve_in_thread, stall
 
 
 @pytest.mark.asyncio
@@ -53,6 +55,47 @@ async def test_latency_knob() -> None:
             started = time.monotonic()
             await judge(NOUL)
     assert time.monotonic() - started >= 0.2
+
+
+class _SlowServer(JudgeServer):
+    """A server whose answering takes 0.4 s of blocking work (a slow judge's own processing)."""
+
+    def _route(self, path: str, body: str, fault: Fault) -> web.Response:
+        time.sleep(0.4)
+        return super()._route(path, body, fault)
+
+
+def test_latency_counts_from_arrival() -> None:
+    """The server's own work on a request runs within latency_ms, not after it (0.5 s, not 0.9)."""
+    server = _SlowServer(latency_ms=500, record=False)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        base_url = asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=10)
+        with httpx.Client(timeout=10) as client:
+            started = time.monotonic()
+            reply = client.post(base_url + "/v1/systemone", json=NOUL.wire())
+            elapsed_s = time.monotonic() - started
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+    assert reply.status_code == 200
+    assert 0.5 <= elapsed_s < 0.85
+
+
+@pytest.mark.asyncio
+async def test_normal_reply_is_the_json_written_one(server: JudgeServer) -> None:
+    """A normal reply (written by orjson) parses to what the json-written reply path sends."""
+    server.script(Fault(rewrite=lambda text: text), Fault(rewrite=lambda text: text))
+    url = server.base_url + "/v1/systemone"
+    async with httpx.AsyncClient() as client:
+        by_json = [(await client.post(url, json=r.wire())).json() for r in (NOUL, MIXED)]
+        normal = [(await client.post(url, json=r.wire())).json() for r in (NOUL, MIXED)]
+    assert normal == by_json
+    assert normal[1]["answers"].keys() == MIXED.questions.keys()
 
 
 def test_stop_releases_stalled_requests() -> None:

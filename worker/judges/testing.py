@@ -3,9 +3,14 @@
 A public module (not imported by ``worker.judges`` itself: it needs aiohttp's server). It answers
 like :class:`~worker.judges.SyntheticJudge` (usage included) and exists so that judge tests,
 benchmarks and the compose stack talk to a real server instead of mocks. Knobs: a fixed
-``latency_ms``, an optional API key (wrong or missing ``Bearer`` → 401), and a per-request *script*
-of :class:`Fault` s consumed in order (HTTP statuses with ``Retry-After``, stalls, broken bodies,
-edited replies). Every request is logged (path, headers, body) for tests to read.
+``latency_ms``, an optional API key (wrong or missing ``Bearer`` → 401), and a per-request
+*script* of :class:`Fault` s consumed in order (HTTP statuses with ``Retry-After``, stalls,
+broken bodies, edited replies). Every request is logged (path, headers, body) for tests to read.
+
+The latency counts from the request's arrival: the server reads, checks and answers a request
+while its latency runs, as a real judge's own work is part of its latency. Before, it slept
+first and worked after, so a server loaded by a benchmark's backfill answered later than its
+latency by its own processing and queue (docs/concurrency.md, "Thirteenth round").
 
 In-process (tests, benches)::
 
@@ -32,6 +37,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from ._strict import strict_loads
@@ -156,6 +162,9 @@ class LoggedRequest:
         return json.loads(self.body)
 
 
+_JSON = "application/json"
+
+
 def _dumps(value: object) -> str:
     # allow_nan: fault edits deliberately put NaN/Infinity on the wire.
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
@@ -258,6 +267,7 @@ class JudgeServer:
                 self._in_flight -= 1
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
+        arrived_s = asyncio.get_running_loop().time()
         try:
             body = (await request.read()).decode("utf-8", errors="replace")
         except ConnectionResetError:  # the client gave up mid-upload: nobody to answer
@@ -267,14 +277,20 @@ class JudgeServer:
         if expected is not None and request.headers.get("Authorization") != expected:
             return _error(401, "invalid or missing API key")
         fault = self._next_fault()
-        if not await self._wait(fault):
+        # The reply is built while the latency runs, as a real judge's work is part of its latency.
+        reply = None if fault.stall or fault.drop else self._reply_to(request.path, body, fault)
+        if not await self._wait(fault, arrived_s):
             return _error(503, "server stopping")
-        if fault.drop and request.transport is not None:
-            request.transport.abort()
+        if reply is None:  # a drop: the connection is closed instead of answered
+            if request.transport is not None:
+                request.transport.abort()
             return web.Response(status=499)  # never written: the connection is gone
+        return reply
+
+    def _reply_to(self, path: str, body: str, fault: Fault) -> web.Response:
         if fault.status != 200 or fault.body is not None:
             return self._fault_reply(fault)
-        return self._route(request.path, body, fault)
+        return self._route(path, body, fault)
 
     def _route(self, path: str, body: str, fault: Fault) -> web.Response:
         if path.endswith("/v1/systemone"):
@@ -294,15 +310,17 @@ class JudgeServer:
             self._count += 1
             self._log.append(entry)
 
-    async def _wait(self, fault: Fault) -> bool:
-        """Sleep the latency (or stall); False when a stall was released by :meth:`stop`."""
+    async def _wait(self, fault: Fault, arrived_s: float) -> bool:
+        """Sleep until the latency after ``arrived_s`` (loop time) has passed, or stall; False
+        when a stall was released by :meth:`stop`."""
         if fault.stall:
             assert self._released is not None  # set by start()
             await self._released.wait()
             return False
         delay_ms = self.latency_ms if fault.delay_ms is None else fault.delay_ms
-        if delay_ms > 0:
-            await asyncio.sleep(delay_ms / 1000)
+        remaining_s = arrived_s + delay_ms / 1000 - asyncio.get_running_loop().time()
+        if delay_ms > 0 and remaining_s > 0:
+            await asyncio.sleep(remaining_s)
         return True
 
     @staticmethod
@@ -317,12 +335,17 @@ class JudgeServer:
 
     @staticmethod
     def _reply(obj: object, fault: Fault) -> web.Response:
+        if fault.edit is None and fault.rewrite is None:
+            # A normal reply holds no NaN: orjson writes it ~10x faster than json (the stand-in's
+            # CPU is taken from the workers a bench measures beside it).
+            body = orjson.dumps(obj)
+            return web.Response(body=body, headers=dict(fault.headers), content_type=_JSON)
         if fault.edit is not None:
             obj = fault.edit(obj)  # type: ignore[arg-type]  # replies are always objects
         text = _dumps(obj)
         if fault.rewrite is not None:
             text = fault.rewrite(text)
-        return web.Response(text=text, headers=dict(fault.headers), content_type="application/json")
+        return web.Response(text=text, headers=dict(fault.headers), content_type=_JSON)
 
     def _systemone(self, body: str, fault: Fault) -> web.Response:
         try:
