@@ -641,6 +641,15 @@ def _cpu_row(figure: str, point: Point | None, base: Baselines, where: str) -> R
     )
 
 
+def _point_note(name: str, point: Point) -> str:
+    """What a curve row says about one of its drains: its failure or its ERROR results."""
+    if point.drain.failure:
+        return f"{name} {point.drain.failure}"
+    if point.errors:
+        return f"{name} ERROR results {dict(sorted(point.errors.items()))}"
+    return ""
+
+
 def curve_table(run: StoreRun) -> str:
     """The live curve: per C, X0 and the L=1 s rate, ratios to ideal and to min(ideal, X0), CPU.
 
@@ -664,9 +673,7 @@ def curve_table(run: StoreRun) -> str:
             fast_capped = min(_ideal(c, SHORT_LATENCY_MS), x0.rate)
             fast_text = f"{fast.rate:>11.1f} {fast.rate / fast_capped:>15.2f}"
         points = (("L=0", x0), ("L=1s", slow), ("L=100ms", fast))
-        note = "; ".join(
-            f"{name} {p.drain.failure}" for name, p in points if p is not None and p.drain.failure
-        )
+        note = "; ".join(filter(None, (_point_note(n, p) for n, p in points if p is not None)))
         lines.append(
             f"{c:>5} {x0.rate:>11.1f} {slow.rate:>9.1f} {slow.rate / ideal:>7.2f} "
             f"{slow.rate / capped:>15.2f} {x0.drain.cpu_ms_per_item:>11.2f} "
