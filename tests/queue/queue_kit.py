@@ -93,9 +93,13 @@ class WorkerProcess:
         """The worker's log so far."""
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Wait (bounded) for Celery's ``ready.`` line of every consumer process the worker
-        started (one, unsupervised); fail with the log if the worker died."""
+        started (one, unsupervised); fail with the log if the worker died or never got ready.
+
+        60 s: two workers starting beside a parallel suite on a 2-core machine at a third of its
+        speed took longer than 30 s once (a CI run of 2026-12-03).
+        """
 
         def ready() -> bool:
             if self.process.poll() is not None:
@@ -103,7 +107,10 @@ class WorkerProcess:
             log = self.log
             return log.count(" ready.") >= max(1, len(_STARTED.findall(log)))
 
-        wait_until(ready, timeout_s, "the worker to be ready")
+        try:
+            wait_until(ready, timeout_s, "the worker to be ready")
+        except pytest.fail.Exception as failed:
+            pytest.fail(f"{failed.msg}; its log:\n{self.log[-3000:]}")
 
     def kill_group(self) -> None:
         """SIGKILL the worker and every process of its group (no warm shutdown)."""
