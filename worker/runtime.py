@@ -249,8 +249,8 @@ class Runtime:
         self.judge_model: str | None = model if isinstance(model, str) else None
         # status + latency of every request; valid answers' round trips feed the in-flight limit
         self.judge: Judge = metrics.MeteredJudge(raw, on_answer=self._judge_answered)
-        self._slots = Slots(settings.process_concurrency)
-        self._slots.guard = LoopLagLimit(self._slots.count)
+        slots = settings.process_concurrency
+        self._slots = Slots(slots, guard=LoopLagLimit(slots))
         self._lag_watch = self.call(self._start_watching())
         if beside_live:
             self.adapt_in_flight()
