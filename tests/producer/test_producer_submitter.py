@@ -151,12 +151,12 @@ def test_close_stops_accepting_and_counts_what_is_left(redis_url: str) -> None:
 
 
 def test_encoding_errors_are_not_retried() -> None:
-    """A ValueError send (a bad snapshot, not an outage) is never retried: the batch is tried
-    once, then each snapshot once (so only bad ones drop), and every bad one is counted."""
-    calls: list[int] = []
+    """A ValueError send (a bad snapshot, not an outage) is never retried: a batch is tried
+    once, then each of its snapshots once (so only bad ones drop), and every bad one is counted."""
+    calls: list[list[str]] = []
 
     def bad_send(batch: Sequence[Snapshot]) -> None:
-        calls.append(len(batch))
+        calls.append([s.trace_id for s in batch])
         raise ValueError
 
     submitter = LiveSubmitter(bad_send, batch_size=5, retry=PATIENT)
@@ -164,7 +164,13 @@ def test_encoding_errors_are_not_retried() -> None:
         submitter.submit(make_snapshot(f"t{i}"))
     assert submitter.flush(timeout_s=5)
     stats = submitter.close()
-    assert calls == [5, 1, 1, 1, 1, 1]
+    # How many snapshots the flusher takes at once depends on thread timing (no linger), so
+    # the test pins each snapshot's history: one batch try at most, then exactly one alone.
+    for i in range(5):
+        mine = [len(c) for c in calls if f"t{i}" in c]
+        assert len(mine) <= 2, (i, calls)
+        assert mine[-1] == 1, (i, calls)
+        assert all(n > 1 for n in mine[:-1]), (i, calls)
     assert stats.dropped_failed == 5
 
 
