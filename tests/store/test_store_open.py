@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,21 @@ def test_locked_sqlite_is_transient_and_the_write_succeeds_later(tmp_path: Path)
         holder.close()
         assert store.count_evaluations() == 0
         assert store.record_evaluation(record, snapshot).created
+
+
+def test_opening_a_new_sqlite_file_another_process_holds_waits_for_it(tmp_path: Path) -> None:
+    """A lock on a new file while the store opens it (WAL not set yet) is waited out, not fatal."""
+    path = tmp_path / "new.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # a rollback-journal file: the WAL switch must wait
+    releaser = threading.Timer(0.4, lambda: holder.execute("ROLLBACK"))
+    releaser.start()
+    try:
+        with open_store(f"sqlite:///{path}", busy_timeout_s=0.05, retry_timeout_s=10) as store:
+            assert store.count_evaluations() == 0
+    finally:
+        releaser.join()
+        holder.close()
 
 
 def test_refused_postgresql_connection_is_transient() -> None:

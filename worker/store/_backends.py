@@ -231,12 +231,16 @@ class SqliteBackend:
             isolation_level=None,  # we issue BEGIN/COMMIT ourselves
             check_same_thread=False,  # close() may run on another thread
         )
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            for pragma in _SQLITE_PRAGMAS:
+                conn.execute(pragma)
+        except sqlite3.Error:
+            conn.close()  # a busy file: the caller's retry opens a new connection
+            raise
         if mode is None or str(mode[0]).lower() != "wal":
             conn.close()
             raise PermanentStoreError(StoreCode.WAL_UNAVAILABLE, "the file system refused WAL mode")
-        for pragma in _SQLITE_PRAGMAS:
-            conn.execute(pragma)
         identity = _file_identity(self._path)
         if self._identity is None:
             self._identity = identity

@@ -135,6 +135,11 @@ def _retry_here(exc: Exception) -> bool:
     return isinstance(exc, TransientStoreError) and exc.code != StoreCode.STORE_REPLACED
 
 
+def _busy(exc: Exception) -> bool:
+    """A lock held by another process: the database is there, try again shortly."""
+    return isinstance(exc, TransientStoreError) and exc.code == StoreCode.STORE_BUSY
+
+
 class Store:
     """Append-only record store. Build it with :func:`open_store`."""
 
@@ -171,12 +176,23 @@ class Store:
     # --- writes ----------------------------------------------------------------------------
 
     def probe(self) -> None:
-        """Reach the database once, no retries: ``STORE_UNAVAILABLE`` within the connect timeout.
+        """Reach the database: ``STORE_UNAVAILABLE`` within the connect timeout, no retries.
 
         :func:`open_store` calls it first, so every command fails fast on an unreachable store.
+        ``STORE_BUSY`` alone is retried like a write: the database answered, and another process
+        holds its lock (processes of one worker opening a new SQLite file at once: switching it
+        to WAL can be refused without SQLite's busy wait, seen in CI as a child failing to start).
         """
-        with translating():
-            self._backend.probe()
+        for attempt in stamina.retry_context(
+            on=_busy,
+            attempts=self._retry_attempts,
+            timeout=self._retry_timeout_s,
+            wait_initial=0.05,
+            wait_max=2.0,
+            wait_jitter=0.1,
+        ):
+            with attempt, translating():
+                self._backend.probe()
 
     def migrate(self) -> bool:
         """Create the schema if this version is not recorded yet; True if it was created.
