@@ -85,7 +85,7 @@ SWITCH_INTERVAL_S = 0.00025
 The consumer thread, the loop thread and the store threads hand the GIL to each other on every
 blocking call; at 5 ms a store statement or an ack waited up to that long whenever the loop was
 busy (docs/concurrency.md measured 0.25 ms as the best of 0.1-5 ms)."""
-GC_GEN0_THRESHOLD = 50_000
+GC_GEN0_THRESHOLD = 400_000
 """Cycle-collector threshold of a worker process (see :func:`tune_gc`)."""
 BESIDE_LIVE_ENV = "EVALQ_BESIDE_LIVE"
 """Set to ``1`` by the supervisor for each child serving the other lanes of a worker that serves
@@ -141,12 +141,16 @@ def tune_gc(gen0_threshold: int) -> None:
     """Collect cycles every ``gen0_threshold`` allocations instead of CPython's 700.
 
     A snapshot allocates thousands of short-lived containers (frozen JSON, models), freed by
-    reference counting; at 700 the cycle collector ran ~0.6 collections per snapshot and took
-    ~0.6 ms of its ~3 ms of CPU (measured with ``gc.callbacks``). At 50,000 it took 0.04 ms, and
-    the garbage waiting for a collection stays bounded (a few MB). Older generations keep
-    CPython's ratios. What start-up built (modules, schemas, metric sets) is frozen out of every
-    later collection: it lives as long as the process. Called once per worker process, after its
-    runtime is built (never from library code: freezing is process-wide).
+    reference counting; at 700 the cycle collector ran ~0.6 collections per snapshot and took ~0.6
+    ms of its ~3 ms of CPU (measured with ``gc.callbacks``). At 50,000 it took 0.04 ms; the cyclic
+    garbage waiting for a collection is bounded by the threshold. With thousands of evaluations in
+    flight their live objects are scanned again by every middle-generation collection (0.8-1 s of a
+    process's drain at 2,048 in flight against 0.06 s at 256, on a slow machine); 400,000 instead of
+    50,000 read 2-8% less CPU per snapshot in every CPU-bound A/B pair at 2,048 in flight and on the
+    backfill lane, the same at 64-256, the same peak RSS (docs/concurrency.md, fourteenth round).
+    Older generations keep CPython's ratios. What start-up built (modules, schemas, metric sets) is
+    frozen out of every later collection: it lives as long as the process. Called once per worker
+    process, after its runtime is built (never from library code: freezing is process-wide).
     """
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0_threshold, gen1, gen2)
