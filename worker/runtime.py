@@ -147,10 +147,11 @@ def tune_gc(gen0_threshold: int) -> None:
     flight their live objects are scanned again by every middle-generation collection (0.8-1 s of a
     process's drain at 2,048 in flight against 0.06 s at 256, on a slow machine); 400,000 instead of
     50,000 read 2-8% less CPU per snapshot in every CPU-bound A/B pair at 2,048 in flight and on the
-    backfill lane, the same at 64-256, the same peak RSS (docs/concurrency.md, fourteenth round).
-    Older generations keep CPython's ratios. What start-up built (modules, schemas, metric sets) is
-    frozen out of every later collection: it lives as long as the process. Called once per worker
-    process, after its runtime is built (never from library code: freezing is process-wide).
+    backfill lane, the same at 64-256, the same peak RSS in those drains; a 100k-snapshot backfill
+    ends ~10 MiB larger (P5 1.05 against 1.02; docs/concurrency.md, fourteenth round). Older
+    generations keep CPython's ratios. What start-up built (modules, schemas, metric sets) is frozen
+    out of every later collection: it lives as long as the process. Called once per worker process,
+    after its runtime is built (never from library code: freezing is process-wide).
     """
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0_threshold, gen1, gen2)

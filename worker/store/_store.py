@@ -8,7 +8,7 @@ and time). Methods are synchronous and thread-safe; worker threads call them dir
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from types import TracebackType
@@ -160,15 +160,19 @@ class Store:
         """The SQLite file path, or the PostgreSQL URL without password (safe to print)."""
         return self._backend.location
 
-    def _run(self, work: Callable[[Tx], T], *, write: bool = True, bulk: bool = False) -> T:
-        for attempt in stamina.retry_context(
-            on=_retry_here,
+    def _retrying(self, on: Callable[[Exception], bool]) -> Iterable[stamina.Attempt]:
+        """The store's one retry policy (stamina) for the errors ``on`` accepts."""
+        return stamina.retry_context(
+            on=on,
             attempts=self._retry_attempts,
             timeout=self._retry_timeout_s,
             wait_initial=0.05,
             wait_max=2.0,
             wait_jitter=0.1,
-        ):
+        )
+
+    def _run(self, work: Callable[[Tx], T], *, write: bool = True, bulk: bool = False) -> T:
+        for attempt in self._retrying(_retry_here):
             with attempt, translating(), self._backend.transaction(write=write, bulk=bulk) as tx:
                 return work(tx)
         raise AssertionError("unreachable: stamina re-raises after the last attempt")
@@ -183,14 +187,7 @@ class Store:
         holds its lock (processes of one worker opening a new SQLite file at once: switching it
         to WAL can be refused without SQLite's busy wait, seen in CI as a child failing to start).
         """
-        for attempt in stamina.retry_context(
-            on=_busy,
-            attempts=self._retry_attempts,
-            timeout=self._retry_timeout_s,
-            wait_initial=0.05,
-            wait_max=2.0,
-            wait_jitter=0.1,
-        ):
+        for attempt in self._retrying(_busy):
             with attempt, translating():
                 self._backend.probe()
 
