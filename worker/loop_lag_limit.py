@@ -79,7 +79,6 @@ class LoopLagLimit:
         self.floor = max(1, ceiling // FLOOR_SHARE)
         self._limit = float(ceiling)
         self._window: list[float] = []
-        self._span_s = 0.0
         self._busiest = 0
 
     @property
@@ -90,12 +89,12 @@ class LoopLagLimit:
     def observe(self, lag_s: float, in_flight: int) -> None:
         """One lag sample, taken with ``in_flight`` evaluations in flight."""
         self._window.append(lag_s)
-        self._span_s += SAMPLE_S + lag_s
         self._busiest = max(self._busiest, in_flight)
         count = len(self._window)
-        if count >= WINDOW or (count >= MIN_SAMPLES and self._span_s >= WINDOW_S):
+        span_s = count * SAMPLE_S + sum(self._window)  # each sample: its timer plus its lag
+        if count >= WINDOW or (count >= MIN_SAMPLES and span_s >= WINDOW_S):
             median_s = statistics.median(self._window)
-            busiest, self._window, self._busiest, self._span_s = self._busiest, [], 0, 0.0
+            busiest, self._window, self._busiest = self._busiest, [], 0
             self._limit = min(max(self._next(median_s, busiest), self.floor), self.ceiling)
 
     def _next(self, median_s: float, busiest: int) -> float:

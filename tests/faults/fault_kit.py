@@ -34,7 +34,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import psycopg
-import pytest
 import redis
 
 from producer import LANE_QUEUES
@@ -257,10 +256,12 @@ def wait_drained(redis_url: str, timeout_s: float, settle_s: float = 1.0) -> Non
         time.sleep(settle_s)
         return broker_backlog(redis_url) == 0
 
-    try:
-        wait_until(drained_twice, timeout_s, "the broker to hold no message, queued or unacked")
-    except pytest.fail.Exception:
-        pytest.fail(f"broker not drained after {timeout_s:g} s: {broker_state(redis_url)}")
+    wait_until(
+        drained_twice,
+        timeout_s,
+        "the broker to hold no message, queued or unacked",
+        lambda: broker_state(redis_url),
+    )
 
 
 def broker_state(redis_url: str) -> str:

@@ -63,12 +63,19 @@ def systemone_knobs(
     }
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll ``predicate`` every 50 ms until true; return the seconds taken, else fail."""
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    detail: Callable[[], str] | None = None,
+) -> float:
+    """Poll ``predicate`` every 50 ms until true; return the seconds taken, else fail (with
+    ``detail()`` appended: the state that explains the wait, read only on failure)."""
     started = time.monotonic()
     while not predicate():
         if time.monotonic() - started > timeout_s:
-            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+            extra = f": {detail()}" if detail is not None else ""
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}{extra}")
         time.sleep(0.05)
     return time.monotonic() - started
 
@@ -107,10 +114,9 @@ class WorkerProcess:
             log = self.log
             return log.count(" ready.") >= max(1, len(_STARTED.findall(log)))
 
-        try:
-            wait_until(ready, timeout_s, "the worker to be ready")
-        except pytest.fail.Exception as failed:
-            pytest.fail(f"{failed.msg}; its log:\n{self.log[-3000:]}")
+        wait_until(
+            ready, timeout_s, "the worker to be ready", lambda: f"its log:\n{self.log[-3000:]}"
+        )
 
     def kill_group(self) -> None:
         """SIGKILL the worker and every process of its group (no warm shutdown)."""

@@ -319,7 +319,7 @@ class JudgeServer:
             return False
         delay_ms = self.latency_ms if fault.delay_ms is None else fault.delay_ms
         remaining_s = arrived_s + delay_ms / 1000 - asyncio.get_running_loop().time()
-        if delay_ms > 0 and remaining_s > 0:
+        if remaining_s > 0:  # (never with no latency: the arrival is in the past)
             await asyncio.sleep(remaining_s)
         return True
 
