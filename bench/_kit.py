@@ -668,12 +668,17 @@ class RecordStore:
         rows = self._rows("SELECT COUNT(*) FROM evaluations", ())
         return int(rows[0][0]) if rows else 0
 
-    def created(self, prefix: str = "") -> dict[str, float]:
-        """``created_at`` (unix seconds) by trace id, of traces whose id starts with ``prefix``."""
-        rows = self._rows(
-            "SELECT trace_id, created_at FROM evaluations WHERE trace_id LIKE %s", (f"{prefix}%",)
-        )
-        return {str(trace): _unix_s(at) for trace, at in rows}
+    def created(self, prefix: str = "", *, completed: bool = False) -> dict[str, float]:
+        """``created_at`` (unix seconds) by trace id, of traces whose id starts with ``prefix``;
+        with ``completed``, only evaluations without an ERROR result (a TIMEOUT is not
+        throughput)."""
+        sql_text = "SELECT trace_id, created_at FROM evaluations e WHERE trace_id LIKE %s"
+        if completed:
+            sql_text += (
+                " AND NOT EXISTS (SELECT 1 FROM metric_results m"
+                " WHERE m.evaluation_id = e.evaluation_id AND m.status = 'ERROR')"
+            )
+        return {str(trace): _unix_s(at) for trace, at in self._rows(sql_text, (f"{prefix}%",))}
 
     def error_reasons(self) -> dict[str, int]:
         """Evaluations with an ERROR result, by reason: a drain of errors is not throughput."""

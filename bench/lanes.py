@@ -8,8 +8,9 @@ producers are ``evalq enqueue FILE --lane live`` and ``evalq backfill PATH``, wo
 it starts are counted, CPU and RSS over the whole process tree). Each drain gets a fresh store
 (an SQLite file, or a new PostgreSQL database on 127.0.0.1:5432 dropped afterwards) and an empty
 queue filled before the worker starts, sized for ~12 s of steady state at the expected rate
-``min(C/L, X0)``; throughput is the records' ``created_at`` rate between the 10th and 90th
-percentile. In the same run:
+``min(C/L, X0)``; throughput is the ``created_at`` rate, between the 10th and 90th percentile,
+of the evaluations without an ERROR result (a TIMEOUT recorded is not throughput: such records
+are named beside the rate and left out of it). In the same run:
 
 - X0: the same lane and command with a zero-latency judge, per C;
 - N: one stock ``celery worker -P solo`` draining empty tasks (acks_late, JSON) from the same
@@ -125,7 +126,7 @@ class Point:
 
     @property
     def rate(self) -> float:
-        """Steady-state records/s (NaN when the drain failed)."""
+        """Steady-state evaluations/s without an ERROR result (NaN when the drain failed)."""
         return self.drain.rate_per_s
 
     def note(self) -> str:
@@ -138,7 +139,7 @@ class Point:
             f"RSS {d.peak_rss_mib:.0f} MiB"
         )
         if self.errors:
-            text += f", ERROR results {dict(sorted(self.errors.items()))}"
+            text += f", ERROR results {dict(sorted(self.errors.items()))} (not in the rate)"
         return text
 
 
@@ -371,7 +372,7 @@ def _measure(
 ) -> Drain:
     return measure_drain(
         records.count,
-        lambda: list(records.created().values()),
+        lambda: list(records.created(completed=True).values()),
         count,
         worker,
         timeout_s,
@@ -646,7 +647,7 @@ def _point_note(name: str, point: Point) -> str:
     if point.drain.failure:
         return f"{name} {point.drain.failure}"
     if point.errors:
-        return f"{name} ERROR results {dict(sorted(point.errors.items()))}"
+        return f"{name} ERROR results {dict(sorted(point.errors.items()))} (not in the rate)"
     return ""
 
 
