@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import httpx
+import orjson
 import pytest
 from aiohttp import web
 
 from tests.judges.judge_kit import MIXED, NOUL
-from worker.judges import SystemOneJudge
-from worker.judges.testing import Fault, JudgeServer, serve_in_thread, stall
+from worker.judges import JudgeRequest, SystemOneJudge
+from worker.judges._strict import strict_loads
+from worker.judges._synthetic import synthetic_response
+from worker.judges.testing import Fault, JudgeServer, _KnownQuestions, edit, serve_in_thread, stall
 
 
 @pytest.mark.asyncio
@@ -155,3 +160,74 @@ def test_standalone_process_serves_and_stops() -> None:
         process.terminate()
         code = process.wait(timeout=10)
     assert code == 0
+
+
+def _body(request: JudgeRequest, model: str = "jev-latest") -> str:
+    """The body SystemOneJudge sends for ``request`` (compact JSON, model filled in)."""
+    state, questions = request.state_json(), request.questions_json()
+    return f'{{"state":{state},"questions":{questions},"model":"{model}"}}'
+
+
+def _full_reply(body: str) -> dict[str, Any]:
+    """The reply validating ``body`` from scratch gives."""
+    return synthetic_response(JudgeRequest.model_validate(strict_loads(body)), 0.95).wire()
+
+
+def _learned(body: str) -> _KnownQuestions:
+    """A table that has answered ``body`` by the full path."""
+    known = _KnownQuestions()
+    reply, shape = known.reply(body)
+    assert reply is None
+    assert shape is not None
+    known.learn(shape, body, JudgeRequest.model_validate(strict_loads(body)), _full_reply(body))
+    return known
+
+
+def test_a_known_question_set_is_answered_as_validating_the_request_would() -> None:
+    """A second request with the same questions and another state (non-ASCII, longer) gets the
+    full path's reply byte for byte, its usage counted from its own length."""
+    known = _learned(_body(MIXED))
+    other = MIXED.model_copy(update={"state": {"request": "Où est ma commande ? 🚚" * 40}})
+    reply, _ = known.reply(_body(other))
+    assert reply is not None
+    assert orjson.dumps(reply) == orjson.dumps(_full_reply(_body(other)))
+    assert reply["usage"] != _full_reply(_body(MIXED))["usage"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps(json.loads(_body(MIXED))),  # spaces after separators
+        _body(MIXED).replace('{"state":{', '{"state":{"request":"x",', 1),  # a duplicate key
+        _body(MIXED.model_copy(update={"state": {}})).replace('"state":{}', '"state":null'),
+        _body(MIXED).replace('"model"', '"extra":1,"model"'),
+        _body(MIXED, model="another-model"),
+    ],
+    ids=["not-compact", "duplicate-key", "null-state", "extra-key", "other-model"],
+)
+def test_a_request_unlike_a_known_one_takes_the_full_path(body: str) -> None:
+    """Whitespace, a duplicate key, a null state, another key list or model: not answered from
+    the table (the full path validates it: 422 or its own reply)."""
+    assert _learned(_body(MIXED)).reply(body)[0] is None
+
+
+@pytest.mark.asyncio
+async def test_an_edited_reply_does_not_change_later_normal_replies(server: JudgeServer) -> None:
+    """A fault that edits its reply in place leaves the next normal reply as it was; a duplicate
+    key in a request whose questions are known is still refused (422)."""
+
+    def mutate(reply: dict[str, Any]) -> dict[str, Any]:
+        reply["answers"]["m.q"]["noul"] = 0.0
+        return reply
+
+    url = server.base_url + "/v1/systemone"
+    async with httpx.AsyncClient() as client:
+        first = (await client.post(url, content=_body(NOUL))).json()
+        server.script(edit(mutate))
+        edited = (await client.post(url, content=_body(NOUL))).json()
+        again = (await client.post(url, content=_body(NOUL))).json()
+        duplicate = _body(NOUL).replace('{"state":{', '{"state":{"answer":"x",', 1)
+        refused = await client.post(url, content=duplicate)
+    assert edited["answers"]["m.q"]["noul"] == 0.0
+    assert again == first == _full_reply(_body(NOUL))
+    assert refused.status_code == 422

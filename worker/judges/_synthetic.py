@@ -26,7 +26,7 @@ from ._wire import (
     Usage,
 )
 
-__all__ = ["SYNTHETIC_MODEL", "SyntheticJudge", "synthetic_response"]
+__all__ = ["SYNTHETIC_MODEL", "SyntheticJudge", "synthetic_response", "synthetic_usage"]
 
 SYNTHETIC_MODEL = "synthetic"
 # Questions where "yes" is the *bad* outcome; inverting them keeps a synthetic run passing.
@@ -74,12 +74,16 @@ def wire_units(request: JudgeRequest) -> int:
     return utf16_units("".join(parts) + "}")
 
 
+def synthetic_usage(units: int, questions: int) -> Usage:
+    """The usage a synthetic reply reports: a request of ``units`` wire units, one output token
+    per question."""
+    return Usage(input_tokens=units // _CHARS_PER_TOKEN, output_tokens=questions)
+
+
 def synthetic_response(request: JudgeRequest, p_yes: float) -> JudgeResponse:
     """The synthetic answers to ``request`` (usage included, so strict validation passes)."""
     answers = {qid: _answer(qid, q, p_yes) for qid, q in request.questions.items()}
-    usage = Usage(
-        input_tokens=wire_units(request) // _CHARS_PER_TOKEN, output_tokens=len(request.questions)
-    )
+    usage = synthetic_usage(wire_units(request), len(request.questions))
     return JudgeResponse(model=SYNTHETIC_MODEL, answers=answers, usage=usage)
 
 
