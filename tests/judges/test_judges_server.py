@@ -162,10 +162,10 @@ def test_standalone_process_serves_and_stops() -> None:
     assert code == 0
 
 
-def _body(request: JudgeRequest, model: str = "jev-latest") -> str:
-    """The body SystemOneJudge sends for ``request`` (compact JSON, model filled in)."""
-    state, questions = request.state_json(), request.questions_json()
-    return f'{{"state":{state},"questions":{questions},"model":"{model}"}}'
+def _body(request: JudgeRequest, model: str = SystemOneJudge.DEFAULT_MODEL) -> str:
+    """The body SystemOneJudge sends for ``request`` (it posts nothing here: no request made)."""
+    judge = SystemOneJudge("http://127.0.0.1:9", api_key="k", model=model)
+    return judge._body(request).decode("utf-8")
 
 
 def _full_reply(body: str) -> dict[str, Any]:
