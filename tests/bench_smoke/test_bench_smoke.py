@@ -23,6 +23,7 @@ SCRIPTS = {
     "p4_stalled_judge.py": ["P4 judge never answers"],
     "p5_worker_memory.py": ["P5 worker RSS"],
     "live_latency.py": ["Live P95 under backfill"],
+    "store_writes.py": ["sqlite store write", "postgresql store write"],
 }
 HEADER = "figure"
 
