@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._kit import Row, fresh_postgres, load_average, snapshots, table
+from bench._kit import Row, cpu_seconds, fresh_postgres, load_average, snapshots, table
 from producer import Lane
 from producer.snapshot import EVALUATE_TASK
 from worker import runtime
@@ -159,18 +159,17 @@ class Write:
     bytes_per: float
 
 
-def _server_cpu_s(database: str) -> float:
-    """CPU seconds of this machine's PostgreSQL processes serving ``database`` (0 if none seen)."""
+def _server_cpu_s(url: str) -> float:
+    """CPU seconds so far of this machine's PostgreSQL processes serving the database at ``url``
+    (0 for SQLite: the writing thread does all of its work)."""
+    if not url.startswith("postgresql"):
+        return 0.0
+    database = url.rsplit("/", 1)[-1].encode()
     total = 0.0
-    ticks = os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if database.encode() not in (entry / "cmdline").read_bytes():
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
+        with contextlib.suppress(OSError):  # a process that just ended
+            if entry.name.isdigit() and database in (entry / "cmdline").read_bytes():
+                total += cpu_seconds(int(entry.name))
     return total
 
 
@@ -186,16 +185,13 @@ def _database_bytes(store: Store, url: str) -> float:
 
 def write_once(url: str, items: list[EvaluationItem], variant: str) -> Write:
     """Write ``items`` into the store at ``url`` (fresh) under ``variant``; CPU per evaluation."""
-    database = url.rsplit("/", 1)[-1]
     with open_store(url) as store, _variant(variant):
         before = _database_bytes(store, url)
-        server_s = _server_cpu_s(database) if url.startswith("postgresql") else 0.0
+        server_s = _server_cpu_s(url)
         started = time.thread_time()
         for start in range(0, len(items), GROUP):
             store.record_evaluations(items[start : start + GROUP])
-        cpu_s = time.thread_time() - started
-        if url.startswith("postgresql"):
-            cpu_s += _server_cpu_s(database) - server_s
+        cpu_s = time.thread_time() - started + _server_cpu_s(url) - server_s
         grown = _database_bytes(store, url) - before
     return Write(cpu_s * 1e6 / len(items), grown / len(items))
 
