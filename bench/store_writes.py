@@ -13,8 +13,8 @@ This bench measures it in-process, away from the broker and the judge:
    (``Store.record_evaluations``, as a backfill's group commit does), and the writing thread's
    CPU time per evaluation is read (``time.thread_time``); on PostgreSQL the server processes'
    CPU for that database is added (read from ``/proc``).
-3. Ablations, each a fresh database: the same writes without the audit trail's rows
-   (``result_audits``, ``result_questions``, ``question_texts``) and without the metric results'
+3. Ablations, each a fresh database: the same writes without the audit trail (the results'
+   ``audit`` column left empty, no ``question_texts`` rows) and without the metric results'
    rows. What a part costs is the difference; nothing here is a store a worker would run.
 
 Rounds alternate the variants (the machine's speed drifts); the median of the rounds is printed,
@@ -49,6 +49,7 @@ from worker.runtime import Runtime
 from worker.settings import load_settings
 from worker.store import Store, open_store
 from worker.store import _batch as batch_writes
+from worker.store import _writes as single_writes
 from worker.store._batch import EvaluationItem
 
 __all__ = ["capture", "main", "run"]
@@ -122,27 +123,33 @@ def _without_results(insert: Callable[..., Any]) -> Callable[..., Any]:
     return skip_results
 
 
-def _no_audit_rows(_tx: Any, _rows: Any) -> None:
+def _nothing(*_args: Any) -> None:
     return None
 
 
-_PATCHED = ("insert_audit_rows", "_insert_rows")
-"""The batch writer's module-level helpers an ablation replaces (``worker.store._batch``)."""
+_PATCHED = (
+    (batch_writes, "insert_texts"),
+    (batch_writes, "_insert_rows"),
+    (single_writes, "audit_json"),
+)
+"""The writers' module-level helpers an ablation replaces (``worker.store._batch``, ``_writes``)."""
 
 
 @contextlib.contextmanager
 def _variant(name: str) -> Iterator[None]:
     """Patch the batch writer for one ablation (``full`` patches nothing)."""
-    saved = {attr: getattr(batch_writes, attr) for attr in _PATCHED}
+    saved = [(module, attr, getattr(module, attr)) for module, attr in _PATCHED]
     if name == "no audit trail":
-        setattr(batch_writes, "insert_audit_rows", _no_audit_rows)  # noqa: B010 - see _PATCHED
+        setattr(batch_writes, "insert_texts", _nothing)  # noqa: B010 - see _PATCHED
+        setattr(single_writes, "audit_json", _nothing)  # noqa: B010
     elif name == "no metric results":
-        setattr(batch_writes, "_insert_rows", _without_results(saved["_insert_rows"]))  # noqa: B010
+        insert = batch_writes._insert_rows
+        setattr(batch_writes, "_insert_rows", _without_results(insert))  # noqa: B010
     try:
         yield
     finally:
-        for attr, value in saved.items():
-            setattr(batch_writes, attr, value)
+        for module, attr, value in saved:
+            setattr(module, attr, value)
 
 
 VARIANTS = ("full", "no audit trail", "no metric results")

@@ -155,6 +155,20 @@ def _result_records(draw: st.DrawFn) -> MetricResultRecord:
         evidence=result.evidence,
         judge_model=draw(st.none() | st.text(max_size=4)),
         question_ids=tuple(draw(st.lists(st.text(max_size=4), max_size=3))),
+        audit=draw(st.none() | _audits()),
+    )
+
+
+@st.composite
+def _audits(draw: st.DrawFn) -> ResultAudit:
+    """Valid audits: any id and text (escapes, non-ASCII), a model or none."""
+    ids = draw(st.lists(st.text(min_size=1, max_size=4).filter(str.strip), max_size=3, unique=True))
+    model = draw(st.none() | st.text(max_size=6))
+    return ResultAudit(
+        questions=tuple(AskedQuestion.of(i, draw(st.text(max_size=8))) for i in ids),
+        state_sha256=draw(st.text("0123456789abcdef", min_size=64, max_size=64)),
+        judge_model=model,
+        judge_model_reported=model is not None and draw(st.booleans()),
     )
 
 
@@ -451,9 +465,20 @@ def _old_result_rows(record: EvaluationRecord, facts: _Facts) -> list[dict[str, 
             "status": str(result.status),
             "evidence": canonical_json(result.evidence),
             "question_ids": canonical_json(result.question_ids),
+            "audit": _old_audit_json(result.audit),
         }
         for position, result in enumerate(record.results)
     ]
+
+
+def _old_audit_json(audit: ResultAudit | None) -> str | None:
+    """The audit column from the model's dump (what ``audit_json`` writes from its fields)."""
+    if audit is None:
+        return None
+    fields = audit.model_dump(exclude={"questions"})
+    return canonical_json(
+        {**fields, "questions": [[q.question_id, q.sha256] for q in audit.questions]}
+    )
 
 
 @st.composite

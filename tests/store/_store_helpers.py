@@ -32,6 +32,7 @@ __all__ = [
     "evaluation_record",
     "outcome_record",
     "raw_connection",
+    "record_as_schema_4",
     "send_record",
     "snapshot_record",
     "twin_snapshots",
@@ -226,3 +227,41 @@ def dump_tables(url: str) -> Dump:
         if isinstance(conn, sqlite3.Connection):
             return {t: _sqlite_dump(conn, t) for t in APPEND_ONLY_TABLES}
         return {t: _pg_dump(conn, t) for t in APPEND_ONLY_TABLES}
+
+
+_SCHEMA_4_ROWS = (
+    ("INSERT INTO question_texts VALUES ({}, {}) ON CONFLICT DO NOTHING", "texts"),
+    ("INSERT INTO result_audits VALUES ({}, {}, {}, {}, {})", "audits"),
+    ("INSERT INTO result_questions VALUES ({}, {}, {}, {}, {})", "questions"),
+)
+
+
+def _schema_4_rows(record: EvaluationRecord) -> dict[str, list[tuple[Any, ...]]]:
+    rows: dict[str, list[tuple[Any, ...]]] = {"texts": [], "audits": [], "questions": []}
+    for result in record.results:
+        audit = result.audit
+        if audit is None:
+            continue
+        key = (record.evaluation_id, result.metric_id)
+        rows["audits"].append(
+            (*key, audit.state_sha256, audit.judge_model, audit.judge_model_reported)
+        )
+        for position, q in enumerate(audit.questions):
+            rows["questions"].append((*key, position, q.question_id, q.sha256))
+            rows["texts"] += [(q.sha256, q.text)] if q.text is not None else []
+    return rows
+
+
+def record_as_schema_4(
+    store: Any, url: str, record: EvaluationRecord, snapshot: SnapshotRecord | None = None
+) -> None:
+    """Record ``record`` as a schema-4 worker did: results without the ``audit`` column, the
+    audit in ``result_audits`` / ``result_questions`` and its texts in ``question_texts``."""
+    bare = tuple(r.model_copy(update={"audit": None}) for r in record.results)
+    store.record_evaluation(record.model_copy(update={"results": bare}), snapshot)
+    rows = _schema_4_rows(record)
+    with raw_connection(url) as conn:
+        mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+        for sql, part in _SCHEMA_4_ROWS:
+            for row in rows[part]:
+                conn.execute(sql.format(*[mark] * len(row)), row)

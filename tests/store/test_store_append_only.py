@@ -14,6 +14,7 @@ from tests.store._store_helpers import (
     evaluation_record,
     outcome_record,
     raw_connection,
+    record_as_schema_4,
     send_record,
     snapshot_record,
 )
@@ -28,9 +29,13 @@ from worker.store import (
 from worker.store._errors import translating
 
 
-def _fill_every_table(store: Store) -> None:
+def _fill_every_table(store: Store, url: str) -> None:
     snapshot = snapshot_record("t-fill")
     store.record_evaluation(evaluation_record(snapshot.snapshot_id, criteria=("x",)), snapshot)
+    # The schema-4 audit tables (still read), and a text nobody asked for the purge to expire.
+    record_as_schema_4(store, url, evaluation_record(snapshot.snapshot_id, version="agent@0"))
+    with raw_connection(url) as conn:
+        conn.execute("INSERT INTO question_texts VALUES ('" + "0" * 64 + "', 'orphan')")
     store.record_sends([send_record(snapshot)])
     store.record_outcome(outcome_record("o-fill", "t-fill"))
     store.record_redrive(store.record_dead_letter(DeadLetterRecord(reason="BAD", payload=b"{")))
@@ -71,14 +76,14 @@ def _refused(conn: sqlite3.Connection | psycopg.Connection[Any], sql: str) -> bo
 
 def test_every_table_is_filled_by_the_fixture(store: Store, store_url: str) -> None:
     """The refusal test below is meaningful: every store table has rows (row triggers fire)."""
-    _fill_every_table(store)
+    _fill_every_table(store, store_url)
     empty = [t for t, rows in dump_tables(store_url).items() if not rows]
     assert empty == []
 
 
 def test_update_and_delete_are_refused_by_the_database(store: Store, store_url: str) -> None:
     """A plain driver connection's UPDATE and DELETE fail on every table; rows stay as they were."""
-    _fill_every_table(store)
+    _fill_every_table(store, store_url)
     before = dump_tables(store_url)
     accepted = []
     with raw_connection(store_url) as conn:
@@ -97,7 +102,7 @@ def test_update_and_delete_are_refused_by_the_database(store: Store, store_url: 
 def test_truncate_is_refused_by_postgresql(store: Store, store_url: str) -> None:
     """PostgreSQL refuses TRUNCATE of every store table (SQLite has no TRUNCATE)."""
     assert store.dialect == "postgresql"
-    _fill_every_table(store)
+    _fill_every_table(store, store_url)
     with raw_connection(store_url) as conn:
         accepted = [t for t in APPEND_ONLY_TABLES if not _refused(conn, f"TRUNCATE {t} CASCADE")]
     assert accepted == []
@@ -105,7 +110,7 @@ def test_truncate_is_refused_by_postgresql(store: Store, store_url: str) -> None
 
 def test_refusal_translates_to_append_only_error(store: Store, store_url: str) -> None:
     """The driver's refusal becomes AppendOnlyError (code APPEND_ONLY) at the store boundary."""
-    _fill_every_table(store)
+    _fill_every_table(store, store_url)
     with (
         raw_connection(store_url) as conn,
         pytest.raises(AppendOnlyError) as caught,

@@ -1,10 +1,12 @@
-"""The audit trail of judged results (schema 4): exact question texts once per distinct text,
-state digests and resolved judge models, written with the evaluation, append-only, readable
-after a purge that expires the texts only old snapshots asked."""
+"""The audit trail of judged results: exact question texts once per distinct text, state digests
+and resolved judge models, written with the evaluation (schema 5: one column of the result's
+row), append-only, readable after a purge that expires the texts only old snapshots asked, and
+results recorded under schema 4 (two tables of their own) read back the same."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import sqlite3
 import time
 from datetime import UTC, datetime
@@ -19,9 +21,11 @@ from tests.store._store_helpers import (
     evaluation_record,
     outcome_record,
     raw_connection,
+    record_as_schema_4,
     snapshot_record,
     twin_snapshots,
 )
+from worker.canonical_json import canonical_json
 from worker.store import (
     AskedQuestion,
     EvaluationRecord,
@@ -33,11 +37,16 @@ from worker.store import (
 from worker.store._schema import SCHEMA_VERSION, statements
 
 _NEW_TABLES = ("question_texts", "result_audits", "result_questions")
+_AUDITED = "metric_results WHERE audit IS NOT NULL"
 
 
 def _count(url: str, table: str) -> int:
     with raw_connection(url) as conn:
         return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
+
+
+def _audited(record: EvaluationRecord) -> int:
+    return sum(r.audit is not None for r in record.results)
 
 
 def _refused(conn: sqlite3.Connection | psycopg.Connection[Any], sql: str) -> bool:
@@ -93,8 +102,8 @@ def test_each_distinct_text_is_stored_once(store: Store, store_url: str) -> None
         snapshot = snapshot_record(f"t-{n}")
         store.record_evaluation(evaluation_record(snapshot.snapshot_id), snapshot)
     assert _count(store_url, "question_texts") == len(set(QUESTION_TEXTS))
-    assert _count(store_url, "result_audits") == 3 * 2
-    assert _count(store_url, "result_questions") == 3 * 3
+    assert _count(store_url, _AUDITED) == 3 * _audited(evaluation_record("ab" * 32))
+    assert _count(store_url, "result_audits") + _count(store_url, "result_questions") == 0
 
 
 def test_the_batch_path_writes_the_same_audit(store: Store, store_url: str) -> None:
@@ -111,13 +120,31 @@ def test_the_batch_path_writes_the_same_audit(store: Store, store_url: str) -> N
         assert stored.record == record
     assert _count(store_url, "question_texts") == 3
     assert [w.created for w in store.record_evaluations(items)] == [False, False]
-    assert _count(store_url, "result_audits") == 2 + 1  # a redelivery adds nothing
+    assert _count(store_url, _AUDITED) == 2 + 1  # a redelivery adds nothing
+
+
+def test_an_audit_column_is_its_canonical_json(store: Store, store_url: str) -> None:
+    """metric_results.audit holds the canonical JSON of the audit's fields, ids and digests."""
+    snapshot = snapshot_record()
+    record = evaluation_record(snapshot.snapshot_id)
+    store.record_evaluation(record, snapshot)
+    with raw_connection(store_url) as conn:
+        stored = dict(conn.execute("SELECT metric_id, audit FROM metric_results").fetchall())
+    for result in record.results:
+        audit = result.audit
+        expected = None
+        if audit is not None:
+            fields = audit.model_dump(exclude={"questions"})
+            fields["questions"] = [[q.question_id, q.sha256] for q in audit.questions]
+            expected = canonical_json(fields)
+        assert stored[result.metric_id] == expected
 
 
 def test_audit_tables_refuse_updates_and_deletes(store: Store, store_url: str) -> None:
     """Without a recorded purge, every UPDATE and DELETE on the audit tables is refused."""
     snapshot = snapshot_record()
     store.record_evaluation(evaluation_record(snapshot.snapshot_id), snapshot)
+    record_as_schema_4(store, store_url, evaluation_record(snapshot.snapshot_id, version="agent@0"))
     statements_ = (
         "UPDATE question_texts SET text = 'x'",
         "DELETE FROM question_texts",
@@ -125,6 +152,7 @@ def test_audit_tables_refuse_updates_and_deletes(store: Store, store_url: str) -
         "DELETE FROM result_audits",
         "UPDATE result_questions SET question_sha256 = 'x'",
         "DELETE FROM result_questions",
+        "UPDATE metric_results SET audit = NULL",
     )
     with raw_connection(store_url) as conn:
         accepted = [sql for sql in statements_ if not _refused(conn, sql)]
@@ -213,7 +241,7 @@ def _create_version_3(url: str, dialect: str) -> None:
 
 
 def test_a_version_3_database_is_upgraded_in_place(store_url: str) -> None:
-    """Opening a version-3 store adds the audit tables (append-only) and records version 4."""
+    """Opening a version-3 store adds the audit tables (append-only) and records this version."""
     dialect = "sqlite" if store_url.startswith("sqlite") else "postgresql"
     _create_version_3(store_url, dialect)
     snapshot = snapshot_record()
@@ -227,4 +255,82 @@ def test_a_version_3_database_is_upgraded_in_place(store_url: str) -> None:
     with raw_connection(store_url) as conn:
         versions = sorted(v for (v,) in conn.execute("SELECT version FROM evalq_schema"))
         assert versions == [3, SCHEMA_VERSION]
-        assert _refused(conn, "DELETE FROM result_audits")
+        assert _refused(conn, "UPDATE metric_results SET audit = NULL")
+
+
+def _create_version_4(url: str, dialect: str) -> None:
+    """A database as schema version 4 left it: audits in two tables, no audit column, no list of
+    expired texts (and the version-4 trigger condition, replaced by the upgrade)."""
+    with raw_connection(url) as conn:
+        conn.execute("CREATE TABLE evalq_schema (version INTEGER PRIMARY KEY, applied_at TEXT)")
+        for sql in statements(dialect):  # type: ignore[arg-type]
+            if not re.search(r"(EXISTS|TRIGGER|ON) expired_question_texts\b", sql):
+                conn.execute(sql.replace("    audit TEXT,\n", ""))
+        conn.execute("INSERT INTO evalq_schema VALUES (4, '2026-01-01T00:00:00+00:00')")
+
+
+def test_a_version_4_database_is_upgraded_in_place(store_url: str) -> None:
+    """Opening a version-4 store adds the audit column and the expiry list; both layouts read
+    back, and a purge expires a text only a schema-4 result of an old snapshot asked."""
+    dialect = "sqlite" if store_url.startswith("sqlite") else "postgresql"
+    _create_version_4(store_url, dialect)
+    old, new = snapshot_record("t-old"), snapshot_record("t-new")
+    legacy = _asking(old.snapshot_id, "only the old one asked", "shared")
+    with open_store(store_url) as upgraded:
+        record_as_schema_4(upgraded, store_url, legacy, old)
+        time.sleep(0.01)
+        horizon = datetime.now(UTC)
+        time.sleep(0.01)
+        current = _asking(new.snapshot_id, "shared")
+        upgraded.record_evaluation(current, new)
+        assert [upgraded.get_evaluation(r.evaluation_id).record for r in (legacy, current)] == [  # type: ignore[union-attr]
+            legacy,
+            current,
+        ]
+        assert upgraded.purge_content(horizon).question_texts_removed == 1
+        assert upgraded.migrate() is False
+        stored = upgraded.get_evaluation(legacy.evaluation_id)
+    assert stored is not None
+    audit = stored.record.results[0].audit
+    assert audit is not None
+    assert [q.text for q in audit.questions] == [None, "shared"]
+    with raw_connection(store_url) as conn:
+        versions = sorted(v for (v,) in conn.execute("SELECT version FROM evalq_schema"))
+        listed = conn.execute("SELECT question_sha256 FROM expired_question_texts").fetchall()
+        assert _refused(conn, "DELETE FROM question_texts")  # "shared": a kept snapshot asked it
+    assert versions == [4, SCHEMA_VERSION]
+    assert listed == [(text_sha256("only the old one asked"),)]
+
+
+def test_a_purge_keeps_texts_a_kept_schema_4_result_asked(store: Store, store_url: str) -> None:
+    """Texts asked only by results recorded in the old layout for kept snapshots stay."""
+    old, new = snapshot_record("t-old"), snapshot_record("t-new")
+    store.record_evaluation(_asking(old.snapshot_id, "old, new layout"), old)
+    time.sleep(0.01)
+    horizon = datetime.now(UTC)
+    time.sleep(0.01)
+    record_as_schema_4(store, store_url, _asking(new.snapshot_id, "new, old layout"), new)
+    assert store.purge_content(horizon).question_texts_removed == 1
+    with raw_connection(store_url) as conn:
+        texts = [t for (t,) in conn.execute("SELECT text FROM question_texts")]
+    assert texts == ["new, old layout"]
+
+
+def test_each_purge_lists_only_what_it_expired(store: Store, store_url: str) -> None:
+    """A text expired by one purge and asked again afterwards is kept by a later purge whose
+    horizon is before the new ask, and expired by one after it; each purge files its own list."""
+    first = snapshot_record("t-1")
+    store.record_evaluation(_asking(first.snapshot_id, "asked twice"), first)
+    assert store.purge_content(datetime.now(UTC)).question_texts_removed == 1
+    time.sleep(0.01)
+    between = datetime.now(UTC)
+    time.sleep(0.01)
+    second = snapshot_record("t-2")
+    store.record_evaluation(_asking(second.snapshot_id, "asked twice"), second)
+    assert store.purge_content(between).question_texts_removed == 0
+    with raw_connection(store_url) as conn:
+        assert _refused(conn, "DELETE FROM question_texts")  # the latest purge listed nothing
+    assert store.purge_content(datetime.now(UTC)).question_texts_removed == 1
+    with raw_connection(store_url) as conn:
+        seqs = [s for (s,) in conn.execute("SELECT purge_seq FROM expired_question_texts")]
+    assert len(set(seqs)) == len(seqs) == 2

@@ -45,13 +45,17 @@ Tables
     One per metric of an evaluation, written in the same transaction: metric id and version,
     status, reason code, score, passed, label, evidence, judge model, question ids, position,
     and the window rule and cutoff again, so every result says what evidence it saw.
-``question_texts`` / ``result_audits`` / ``result_questions``
-    The audit trail of judged results (schema 4), written in the evaluation's transaction: every
-    distinct question text once, keyed by the sha256 of its UTF-8 text; per result the sha256 of
-    the state text its judge request sent and the resolved judge model (reported by the judge's
-    reply, else the configured one); per result the ids and digests of the questions it asked.
-    Read back as ``MetricResultRecord.audit``. The state stays only in ``snapshot_contents``; a
-    purge also deletes the question texts that no snapshot with kept content asked.
+``metric_results.audit`` / ``question_texts``
+    The audit trail of judged results, written in the evaluation's transaction: per result (one
+    canonical JSON column, schema 5) the sha256 of the state text its judge request sent, the
+    resolved judge model (reported by the judge's reply, else the configured one) and the ids and
+    digests of the questions it asked; every distinct question text once, keyed by the sha256 of
+    its UTF-8 text. Read back as ``MetricResultRecord.audit``. The state stays only in
+    ``snapshot_contents``; a purge also deletes the question texts that no snapshot with kept
+    content asked, listing them in ``expired_question_texts``.
+``result_audits`` / ``result_questions``
+    The same audit for results recorded under schema 4 (one row per result, one per question);
+    read, no longer written.
 ``pending_outcomes``
     The outcome criteria (outcome-event names, e.g. ``refund_reversed``) the metric set declared
     for the evaluation. Whether one is still pending is derived — no linked outcome of that name

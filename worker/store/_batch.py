@@ -5,7 +5,7 @@ SQLite write transaction, and every statement (every row of an ``executemany`` t
 re-takes the GIL, which a busy worker hands back only every few milliseconds: the write lock stayed
 held for hundreds of milliseconds and a live worker's single record waited seconds behind it.
 Here a batch costs about eleven statements whatever its size: each table gets ONE insert
-(``Tx.insert_rows``: one multi-row statement on SQLite; the audit trail's three tables included),
+(``Tx.insert_rows``: one multi-row statement on SQLite; the audit trail's question texts included),
 facts, previous evaluations, existing ids and earlier outcomes are read with one query each, and
 every row is built before the transaction opens (:func:`prepare_evaluations`), so the lock is held
 for the writes alone.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ._audit import AuditRows, audit_rows, insert_audit_rows
+from ._audit import insert_texts, text_rows
 from ._backends import Tx
 from ._errors import PermanentStoreError, StoreCode
 from ._records import EvaluationRecord, StoredSnapshot, Written
@@ -104,7 +104,7 @@ class _Rows:
     evaluation: dict[str, Any]
     results: list[dict[str, Any]]
     criteria: list[dict[str, Any]]
-    audit: AuditRows
+    texts: dict[str, dict[str, Any]]  # the audit's question texts, by digest
 
 
 def _rows(record: EvaluationRecord, facts: _Facts) -> _Rows:
@@ -112,7 +112,7 @@ def _rows(record: EvaluationRecord, facts: _Facts) -> _Rows:
         _evaluation_params(record, facts, None, _PENDING),
         _result_rows(record, facts),
         _criteria_rows(record),
-        audit_rows(record),
+        text_rows((record,)),
     )
 
 
@@ -216,7 +216,7 @@ def write_evaluations(tx: Tx, batch: PreparedBatch, now: datetime) -> list[Writt
     evaluations: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     criteria: list[dict[str, Any]] = []
-    audits = AuditRows()
+    texts: dict[str, dict[str, Any]] = {}
     created: list[tuple[str, _Facts]] = []
     for (record, _), prepared in zip(batch.items, batch.rows, strict=True):
         is_new = record.evaluation_id not in known
@@ -228,13 +228,14 @@ def write_evaluations(tx: Tx, batch: PreparedBatch, now: datetime) -> list[Writt
         evaluations.append({**rows.evaluation, "previous_evaluation_id": previous, "now": now})
         results.extend(rows.results)
         criteria.extend(rows.criteria)
-        audits.extend(rows.audit)
+        for digest, row in rows.texts.items():
+            texts.setdefault(digest, row)
         known.add(record.evaluation_id)
         latest.add(record)
         created.append((record.evaluation_id, facts[record.snapshot_id]))
     _insert_rows(tx, _INSERT_EVALUATION, evaluations)
     _insert_rows(tx, _INSERT_RESULT, results)
-    insert_audit_rows(tx, audits)
+    insert_texts(tx, texts)  # after the results: see insert_texts
     _insert_rows(tx, _INSERT_CRITERION, criteria)
     _insert_rows(tx, _INSERT_LINK, _links(tx, created, now))
     return written

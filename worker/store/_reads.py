@@ -98,7 +98,7 @@ _EVALUATION = """SELECT evaluation_id, trace_id, window_rule, cutoff_event_id, c
 FROM evaluations WHERE evaluation_id = :evaluation_id"""
 
 _RESULTS = """SELECT metric_id, metric_version, status, reason, score, passed, label, evidence,
-    judge_model, question_ids
+    judge_model, question_ids, audit
 FROM metric_results WHERE evaluation_id = :evaluation_id ORDER BY position"""
 
 _CRITERIA = "SELECT criterion FROM pending_outcomes WHERE evaluation_id = :evaluation_id"
@@ -140,7 +140,7 @@ _RESULT_FIELDS = (
 
 
 def _result(row: Row, audits: dict[str, ResultAudit]) -> MetricResultRecord:
-    fields: dict[str, Any] = dict(zip(_RESULT_FIELDS, row, strict=True))
+    fields: dict[str, Any] = dict(zip(_RESULT_FIELDS, row[:-1], strict=True))
     fields["evidence"] = json.loads(fields["evidence"])
     fields["question_ids"] = json.loads(fields["question_ids"])
     fields["audit"] = audits.get(fields["metric_id"])
@@ -151,8 +151,9 @@ def _record(tx: Tx, evaluation_id: str, row: Row) -> EvaluationRecord:
     fields: dict[str, Any] = dict(zip(_RECORD_FIELDS, row, strict=True))
     fields["usage"] = json.loads(fields["usage"])
     key = {"evaluation_id": evaluation_id}
-    audits = audits_of(tx, evaluation_id)
-    fields["results"] = [_result(r, audits) for r in tx.rows(_RESULTS, key)]
+    rows = tx.rows(_RESULTS, key)
+    audits = audits_of(tx, evaluation_id, [(r[0], r[-1]) for r in rows])
+    fields["results"] = [_result(r, audits) for r in rows]
     fields["outcome_criteria"] = [c for (c,) in tx.rows(_CRITERIA, key)]
     return EvaluationRecord.model_validate(fields)
 

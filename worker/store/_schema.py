@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 Dialect = Literal["sqlite", "postgresql"]
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2 added ``sampling_tallies`` and the ``snapshots_by_rule`` index; 3 added ``content_purges``
 and the triggers that let a recorded purge (and nothing else) expire old snapshot contents and
 dead-letter payloads. 4 added the audit trail of each judged result: ``question_texts`` (every
@@ -31,9 +31,16 @@ distinct question text by its sha256), ``result_audits`` (state digest and resol
 per result) and ``result_questions`` (the digests of the questions each result asked), and lets
 a purge expire question texts no snapshot with kept content asked; and ``sends`` (one provenance
 row per delivered send of a snapshot, whose id no longer covers lane, backfill id or sampling),
-filled for older snapshots from their own sampling columns. Every statement is idempotent
-(``IF NOT EXISTS``, triggers dropped and re-created, ``INSERT … WHERE NOT EXISTS``), so an older
-database is upgraded by running them all again."""
+filled for older snapshots from their own sampling columns. 5 writes a result's audit as one
+canonical JSON column of its own row (``metric_results.audit``: state digest, resolved model, the
+ids and digests of the questions asked) instead of a ``result_audits`` row and one
+``result_questions`` row per question (the two tables stay, read for results recorded under
+version 4), and adds ``expired_question_texts``: the texts each purge expired, the list the
+``question_texts`` trigger checks. Measured: the audit rows were 35-43% of the store's CPU per
+evaluation (``bench/store_writes.py``; docs/concurrency.md, "Seventeenth round"). Every statement
+is idempotent (``IF NOT EXISTS``, triggers dropped and re-created, ``INSERT … WHERE NOT EXISTS``,
+a column added only where missing: :func:`_add_missing_columns`), so an older database is
+upgraded by running them all again."""
 
 BYTEWISE: dict[str, str] = {"sqlite": "COLLATE BINARY", "postgresql": 'COLLATE "C"'}
 """Byte-wise text order per dialect: a prefix is then one contiguous index range, whatever the
@@ -130,6 +137,7 @@ _TABLES = (
     window_rule TEXT NOT NULL,
     cutoff_event_id TEXT NOT NULL,
     cutoff_time {time},
+    audit TEXT,
     PRIMARY KEY (evaluation_id, position),
     UNIQUE (evaluation_id, metric_id))""",
     """CREATE TABLE IF NOT EXISTS pending_outcomes (
@@ -230,11 +238,12 @@ _TABLES = (
     content_before {time} NOT NULL,
     requested_at {time} NOT NULL,
     CHECK (content_before <= requested_at))""",
-    # The audit trail of judged results (schema 4). A question's exact text is stored once per
-    # distinct text, keyed by its sha256; each result names the digests it asked, the digest of
-    # the state it sent (the state itself stays in snapshot_contents) and the resolved model.
-    # Question texts can quote content (a grounded claim), so a purge expires those that only
-    # snapshots whose content it expires asked.
+    # The audit trail of judged results. A question's exact text is stored once per distinct
+    # text, keyed by its sha256; each result names the digests it asked, the digest of the state
+    # it sent (the state itself stays in snapshot_contents) and the resolved model: since schema
+    # 5 in metric_results.audit, under schema 4 in result_audits and result_questions (kept for
+    # the results recorded then). Question texts can quote content (a grounded claim), so a
+    # purge expires those that only snapshots whose content it expires asked.
     """CREATE TABLE IF NOT EXISTS question_texts (
     question_sha256 TEXT PRIMARY KEY,
     text TEXT NOT NULL)""",
@@ -255,7 +264,16 @@ _TABLES = (
     FOREIGN KEY (evaluation_id, metric_id) REFERENCES result_audits (evaluation_id, metric_id))""",
     """CREATE INDEX IF NOT EXISTS result_questions_by_text
     ON result_questions (question_sha256)""",
+    # What each purge expired (schema 5): the question_texts trigger lets a text go only when the
+    # latest purge listed it here (computed in the purge's own transaction).
+    """CREATE TABLE IF NOT EXISTS expired_question_texts (
+    purge_seq {int} NOT NULL,
+    question_sha256 TEXT NOT NULL,
+    PRIMARY KEY (purge_seq, question_sha256))""",
 )
+
+_ADDED_COLUMNS = (("metric_results", "audit", "TEXT"),)
+"""Columns a later version added to an existing table: (table, column, type)."""
 
 APPEND_ONLY_TABLES = (
     "evalq_schema",
@@ -274,6 +292,7 @@ APPEND_ONLY_TABLES = (
     "question_texts",
     "result_audits",
     "result_questions",
+    "expired_question_texts",
     "sends",
 )
 """Every table: none of them ever sees an UPDATE or DELETE, except the retention expiry of
@@ -282,8 +301,8 @@ APPEND_ONLY_TABLES = (
 EXPIRABLE_TABLES = ("snapshot_contents", "dead_letters", "question_texts")
 """Rows of ``snapshot_contents`` older than a recorded purge may be deleted; the payload of such
 ``dead_letters`` may be emptied (every other column unchanged); a ``question_texts`` row may be
-deleted once a purge is recorded and no snapshot created at or after its horizon asked it.
-Nothing else, ever."""
+deleted when the latest recorded purge listed it in ``expired_question_texts`` (the purge lists
+the texts no snapshot created at or after its horizon asked). Nothing else, ever."""
 
 _HORIZON = "(SELECT max(content_before) FROM content_purges)"
 _DEAD_LETTER_KEPT = (
@@ -301,12 +320,12 @@ _DEAD_LETTER_KEPT = (
 # differ, so the null-safe comparison is written per dialect below).
 _CONTENT_EXPIRES = f"""EXISTS (SELECT 1 FROM snapshots s WHERE s.snapshot_id = OLD.snapshot_id
     AND s.created_at < {_HORIZON})"""  # noqa: S608 - a fixed fragment of our own
-# A question text outlives its content only while a snapshot whose content is kept asked it.
-_QUESTION_TEXT_EXPIRES = f"""{_HORIZON} IS NOT NULL AND NOT EXISTS (SELECT 1
-    FROM result_questions q
-    JOIN evaluations e ON e.evaluation_id = q.evaluation_id
-    JOIN snapshots s ON s.snapshot_id = e.snapshot_id
-    WHERE q.question_sha256 = OLD.question_sha256 AND s.created_at >= {_HORIZON})"""  # noqa: S608
+# A question text goes when the latest purge listed it. The purge decides which (the texts no
+# snapshot with kept content asked) with one pass over the kept results; checking that per deleted
+# row here would read every kept result's audit JSON once per text (no index reaches inside it).
+_QUESTION_TEXT_EXPIRES = """EXISTS (SELECT 1 FROM expired_question_texts x
+    WHERE x.question_sha256 = OLD.question_sha256
+    AND x.purge_seq = (SELECT max(seq) FROM content_purges))"""
 
 
 def _payload_expires(same: str) -> str:
@@ -392,6 +411,23 @@ def statements(dialect: Dialect) -> tuple[str, ...]:
     return (*tables, *(s for t in APPEND_ONLY_TABLES for s in _sqlite_triggers(t)))
 
 
+def _has_column(tx: Tx, dialect: Dialect, table: str, column: str) -> bool:
+    if dialect == "postgresql":
+        sql = """SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+            AND table_name = :table AND column_name = :column"""
+    else:
+        sql = "SELECT 1 FROM pragma_table_info(:table) WHERE name = :column"
+    return bool(tx.rows(sql, {"table": table, "column": column}))
+
+
+def _add_missing_columns(tx: Tx, dialect: Dialect) -> None:
+    """Add the columns later versions gave existing tables (SQLite has no ``ADD COLUMN IF NOT
+    EXISTS``; a new table is created with them already)."""
+    for table, column, kind in _ADDED_COLUMNS:
+        if not _has_column(tx, dialect, table, column):
+            tx.run(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
 def _recorded_versions(tx: Tx, dialect: Dialect) -> set[int] | None:
     """Versions in ``evalq_schema``, or None when the table does not exist (no DDL needed)."""
     if dialect == "postgresql":
@@ -432,6 +468,7 @@ def migrate(tx: Tx, dialect: Dialect) -> bool:
     tx.run(_SCHEMA_TABLE.format(**_TYPES[dialect]))
     for sql in statements(dialect):
         tx.run(sql)
+    _add_missing_columns(tx, dialect)
     # ON CONFLICT: under PostgreSQL's repeatable read the re-check above reads the snapshot
     # taken before the lock was granted, so a worker that waited behind another's migration
     # runs the (idempotent) DDL again and must not fail on the version row it cannot see.

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from worker.canonical_json import canonical_json, frozen_json, key_json
 
 from ._attempts import attempt_of
-from ._audit import audit_rows, expire_question_texts, insert_audit_rows, lock_for_expiry
+from ._audit import audit_json, expire_question_texts, insert_texts, lock_for_expiry, text_rows
 from ._backends import Tx
 from ._errors import PermanentStoreError, StoreCode
 from ._records import (
@@ -212,10 +212,10 @@ def _insert_evaluation(tx: Tx, record: EvaluationRecord, facts: _Facts, now: dat
 
 _INSERT_RESULT = """INSERT INTO metric_results (evaluation_id, position, metric_id, metric_version,
     status, reason, score, passed, label, evidence, judge_model, question_ids, window_rule,
-    cutoff_event_id, cutoff_time)
+    cutoff_event_id, cutoff_time, audit)
 VALUES (:evaluation_id, :position, :metric_id, :metric_version, :status, :reason, :score,
     :passed, :label, :evidence, :judge_model, :question_ids, :window_rule, :cutoff_event_id,
-    :cutoff_time)"""
+    :cutoff_time, :audit)"""
 
 
 def _result_rows(record: EvaluationRecord, facts: _Facts) -> list[dict[str, Any]]:
@@ -245,6 +245,7 @@ def _result_rows(record: EvaluationRecord, facts: _Facts) -> list[dict[str, Any]
             "status": str(result.status),
             "evidence": frozen_json(result.evidence),
             "question_ids": _string_list_json(result.question_ids),
+            "audit": audit_json(result.audit),
         }
         for position, result in enumerate(record.results)
     ]
@@ -306,7 +307,7 @@ def write_evaluation(
     if not _insert_evaluation(tx, record, facts, now):
         return Written(record.evaluation_id, created=False)
     _insert_results(tx, record, facts)
-    insert_audit_rows(tx, audit_rows(record))
+    insert_texts(tx, text_rows((record,)))  # after the results: see insert_texts
     _insert_criteria(tx, record)
     _link_earlier_outcomes(tx, record.evaluation_id, facts, now)
     return Written(record.evaluation_id, created=True)
@@ -445,7 +446,7 @@ def write_purge(tx: Tx, before: datetime, now: datetime, dialect: str) -> PurgeS
     tx.run(_RECORD_PURGE, {"before": before, "now": now})
     removed = tx.run(_EXPIRE_CONTENTS, {"before": before})
     cleared = tx.run(_EXPIRE_PAYLOADS, {"before": before, "empty": b""})
-    texts = expire_question_texts(tx, before)
+    texts = expire_question_texts(tx, before, dialect)
     return PurgeSummary(
         content_before=before,
         requested_at=now,
