@@ -9,12 +9,16 @@ import hashlib
 import re
 import sqlite3
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from tests.conftest import backend_url
 from tests.store._store_helpers import (
     QUESTION_TEXTS,
     STATE_SHA256,
@@ -334,3 +338,52 @@ def test_each_purge_lists_only_what_it_expired(store: Store, store_url: str) -> 
     with raw_connection(store_url) as conn:
         seqs = [s for (s,) in conn.execute("SELECT purge_seq FROM expired_question_texts")]
     assert len(set(seqs)) == len(seqs) == 2
+
+
+_COPY_EVALUATION = """INSERT INTO evaluations ({columns}, evaluation_id, snapshot_id)
+SELECT {columns}, 'e-in-flight', %(snapshot)s FROM evaluations WHERE evaluation_id = %(source)s"""
+_COPY_RESULTS = """INSERT INTO metric_results ({columns}, evaluation_id)
+SELECT {columns}, 'e-in-flight' FROM metric_results WHERE evaluation_id = %(source)s"""
+
+
+def _columns(conn: psycopg.Connection[Any], table: str) -> str:
+    names = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = %s AND column_name NOT IN ('seq', 'evaluation_id', 'snapshot_id')",
+        (table,),
+    ).fetchall()
+    return ", ".join(name for (name,) in names)
+
+
+@pytest.fixture
+def pg_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new schema in the session's PostgreSQL database."""
+    with backend_url("postgresql", request, tmp_path, "store") as url:
+        yield url
+
+
+@pytest.mark.services
+def test_a_purge_waits_for_a_writer_referencing_a_stored_text(pg_store_url: str) -> None:
+    """PostgreSQL: a purge waits for an open transaction that wrote results asking a stored text
+    (its text insert a no-op), then keeps the text that transaction's newer snapshot asked."""
+    with open_store(pg_store_url) as store:
+        old, new = snapshot_record("t-old"), snapshot_record("t-new")
+        source = _asking(old.snapshot_id, "asked by both")
+        store.record_evaluation(source, old)
+        time.sleep(0.01)
+        horizon = datetime.now(UTC)
+        time.sleep(0.01)
+        store.put_snapshot(new)
+        with psycopg.connect(pg_store_url) as writer:  # a worker's transaction, not committed
+            params = {"snapshot": new.snapshot_id, "source": source.evaluation_id}
+            for sql, table in (
+                (_COPY_EVALUATION, "evaluations"),
+                (_COPY_RESULTS, "metric_results"),
+            ):
+                writer.execute(sql.format(columns=_columns(writer, table)), params)
+            purge = ThreadPoolExecutor(1).submit(store.purge_content, horizon)
+            time.sleep(0.5)
+            assert not purge.done()  # held off by the writer's lock on metric_results
+            writer.commit()
+        assert purge.result(timeout=10).question_texts_removed == 0
+    assert _count(pg_store_url, "question_texts") == 1
