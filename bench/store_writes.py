@@ -137,7 +137,7 @@ _PATCHED = (
 
 @contextlib.contextmanager
 def _variant(name: str) -> Iterator[None]:
-    """Patch the batch writer for one ablation (``full`` patches nothing)."""
+    """Patch the writers for one ablation (``full`` patches nothing)."""
     saved = [(module, attr, getattr(module, attr)) for module, attr in _PATCHED]
     if name == "no audit trail":
         setattr(batch_writes, "insert_texts", _nothing)  # noqa: B010 - see _PATCHED

@@ -488,9 +488,13 @@ class _Pump:
             self._bump("batches")
         self._checkpoint(source, position, enqueued)
         self._emit()
-        if self.opts.should_stop is not None and self.opts.should_stop(self.snapshot()):
+        if self.stop_requested():
             raise _Stop
         return enqueued
+
+    def stop_requested(self) -> bool:
+        """Whether the ``should_stop`` hook asks to end the run."""
+        return self.opts.should_stop is not None and self.opts.should_stop(self.snapshot())
 
     def _checkpoint(self, source: str, position: int, enqueued: int) -> None:
         store = self.opts.store
@@ -598,7 +602,9 @@ def run_backfill(
     ``send(batch)`` enqueues one batch (raising on failure). ``store`` records checkpoints and
     is required for ``resume``. ``queue_depth()`` + ``max_queue_depth`` give back-pressure (in
     messages). ``should_stop(progress)``, checked after each checkpoint, ends the run early and
-    cleanly (an operator's Ctrl-C handler, or a test's interruption).
+    cleanly (an operator's Ctrl-C handler, or a test's interruption); a ``ValueError`` raised
+    while it asks to stop ends the run as stopped too (a signal handler's raise that C code
+    swallowed mid-validation).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -643,6 +649,14 @@ def _run(opts: _Options, sources: list[Path], report: ImportErrorReport) -> Back
         for path in sources:
             pump.run_source(path)
     except _Stop:
+        stopped = True
+    except ValueError:
+        # A stop requested by a signal whose handler raised inside a check that C code calls
+        # (an isinstance in pydantic's validation) is swallowed there and surfaces as a
+        # validation error of a valid line: with a stop requested, the run ends as stopped at
+        # its last checkpoint, and a resume reads that line again.
+        if not pump.stop_requested():
+            raise
         stopped = True
     pump._set(source=None, waiting=False)
     pump._emit(force_evaluated=True)

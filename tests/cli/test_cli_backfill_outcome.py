@@ -7,16 +7,12 @@ import math
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-import producer
 from tests.cli.cli_kit import evalq, evalq_command
 from tests.producer.producer_kit import queue_length, queued_payloads, write_lines
 from tests.queue.queue_kit import REPO, wait_until, worker_env
-from worker.cli import app
 from worker.store import Store
 
 pytestmark = pytest.mark.services
@@ -159,24 +155,3 @@ def test_an_empty_input_file_says_so(workdir: Path, redis_url: str, store_url: s
         done = evalq(*argv, settings=env)
         assert done.returncode == 0, (argv, done.stderr)
         assert said in " ".join(done.stderr.split()), (argv, done.stderr)
-
-
-def _terminated_inside_validation(*_args: object, should_stop: Any, **_kwargs: object) -> None:
-    """A run whose SIGTERM raise was swallowed mid-validation and surfaced as a ValueError."""
-    should_stop.__self__.received = signal.SIGTERM
-    raise ValueError("1 validation error for Snapshot")
-
-
-def test_a_sigterm_swallowed_inside_validation_still_reads_terminated(
-    workdir: Path, redis_url: str, store_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A validation error raised after a SIGTERM arrived exits 143 with the resume hint, not 2
-    with "invalid backfill" (the file is valid; the signal's raise was swallowed by C code)."""
-    path = workdir / "traces.jsonl"
-    write_lines(path, 3)
-    monkeypatch.setattr(producer, "run_backfill", _terminated_inside_validation)
-    env = {"EVALQ_BROKER_URL": redis_url, "EVALQ_STORE_URL": store_url}
-    result = CliRunner().invoke(app, ["backfill", str(path), "--id", "swallowed"], env=env)
-    assert result.exit_code == 128 + signal.SIGTERM, result.output
-    assert "terminated; continue with --resume swallowed" in result.output
-    assert "invalid backfill" not in result.output

@@ -16,6 +16,7 @@ import redis
 from rich.console import Console
 
 from producer import Producer
+from producer import _backfill as backfill_module
 from producer._backfill import (
     BackfillProgress,
     RedisQueueDepth,
@@ -26,7 +27,7 @@ from producer._backfill import (
     send_outcomes,
     store_counts,
 )
-from producer._sampling import Sampler, SamplingRule
+from producer._sampling import Sampler, SamplingRule, replace_fields
 from producer.snapshot import LANE_QUEUES, Lane, OutcomeEvent, Snapshot
 from tests.producer.producer_kit import queue_length, queued_payloads, write_lines
 from worker.store import Store, open_store
@@ -351,3 +352,30 @@ def test_rich_progress_shows_read_enqueued_evaluated_failed(tmp_path: Path) -> N
     text = buffer.getvalue()
     assert summary.backfill_id in text
     assert "read 297 · enqueued 297 · evaluated 5 · failed 2 · rejected lines 3" in text
+
+
+def test_a_validation_error_while_a_stop_is_requested_ends_the_run_as_stopped(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal swallowed mid-validation surfaces as a ValueError of a valid line: with a stop
+    requested the run ends stopped at its last checkpoint (a resume reads the line again);
+    without one the error is raised as before."""
+    source = tmp_path / "traces.jsonl"
+    write_lines(source, 30)
+    stop = {"requested": False}
+
+    def interrupted(snapshot: Snapshot, **changes: Any) -> Snapshot:
+        if snapshot.trace_id.endswith("15"):  # mid-way through the second batch
+            stop["requested"] = True
+            raise ValueError("1 validation error for Snapshot")
+        return replace_fields(snapshot, **changes)
+
+    monkeypatch.setattr(backfill_module, "replace_fields", interrupted)
+    sent: list[Snapshot] = []
+    summary = run_backfill(
+        [source], sent.extend, store, batch_size=10, should_stop=lambda _: stop["requested"]
+    )
+    assert summary.stopped
+    assert (summary.progress.enqueued, len(sent)) == (10, 10)
+    with pytest.raises(ValueError, match="validation error"):
+        run_backfill([source], sent.extend, batch_size=10, should_stop=lambda _: False)

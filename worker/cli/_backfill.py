@@ -205,10 +205,6 @@ def _run_backfill(job: _Backfill, config: Settings, url: str, sigterm: _Signal) 
         )
         raise typer.Exit(1) from None
     except ValueError as exc:  # BACKFILL_MISMATCH, UNKNOWN_BACKFILL, INPUT_CHANGED, --format
-        if sigterm.received is not None:
-            # The handler's raise landed in a check C code swallows (an isinstance inside
-            # pydantic's validation, seen in CI) and surfaced as a validation error instead.
-            raise _Terminated(sigterm.received) from None
         invalid(f"invalid backfill: {exc}")
     except redis.RedisError as exc:  # the queue depth could not be read, even after retries
         broker_down(exc, f"continue with --resume {job.chosen}")

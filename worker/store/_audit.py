@@ -20,7 +20,7 @@ digests stay, so every record stays readable.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -61,16 +61,13 @@ def audit_json(audit: ResultAudit | None) -> str | None:
     )
 
 
-def text_rows(records: Iterable[EvaluationRecord]) -> dict[str, dict[str, Any]]:
-    """The ``question_texts`` rows the records' audits need, once per digest."""
+def text_rows(record: EvaluationRecord) -> dict[str, dict[str, Any]]:
+    """The ``question_texts`` rows the record's audits need, once per digest."""
     rows: dict[str, dict[str, Any]] = {}
-    for record in records:
-        for result in record.results:
-            if result.audit is None:
-                continue
-            for q in result.audit.questions:
-                if q.text is not None and q.sha256 not in rows:
-                    rows[q.sha256] = {"question_sha256": q.sha256, "text": q.text}
+    for result in record.results:
+        for q in () if result.audit is None else result.audit.questions:
+            if q.text is not None:
+                rows.setdefault(q.sha256, {"question_sha256": q.sha256, "text": q.text})
     return rows
 
 
@@ -199,6 +196,6 @@ def expire_question_texts(tx: Tx, before: datetime, dialect: str) -> int:
     Call after recording the purge: the list is filed under its sequence number. One pass over
     the results of kept snapshots (their audit JSON and, for schema-4 results, their rows).
     """
-    kept = _KEPT_AUDIT_DIGESTS["postgresql" if dialect == "postgresql" else "sqlite"]
+    kept = _KEPT_AUDIT_DIGESTS[dialect]
     tx.run(_LIST_EXPIRED.format(kept=kept, legacy=_KEPT_LEGACY_DIGESTS), {"before": before})
     return max(0, tx.run(_EXPIRE_LISTED))

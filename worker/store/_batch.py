@@ -112,7 +112,7 @@ def _rows(record: EvaluationRecord, facts: _Facts) -> _Rows:
         _evaluation_params(record, facts, None, _PENDING),
         _result_rows(record, facts),
         _criteria_rows(record),
-        text_rows((record,)),
+        text_rows(record),
     )
 
 

@@ -307,7 +307,7 @@ def write_evaluation(
     if not _insert_evaluation(tx, record, facts, now):
         return Written(record.evaluation_id, created=False)
     _insert_results(tx, record, facts)
-    insert_texts(tx, text_rows((record,)))  # after the results: see insert_texts
+    insert_texts(tx, text_rows(record))  # after the results: see insert_texts
     _insert_criteria(tx, record)
     _link_earlier_outcomes(tx, record.evaluation_id, facts, now)
     return Written(record.evaluation_id, created=True)
