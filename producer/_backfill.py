@@ -36,6 +36,13 @@ Choices, and why:
 - **Invalid input** is reported by the reader (file, line, field, reason code) in an
   :class:`~producer._reader.ImportErrorReport`; the rest of the file is processed and the
   summary counts rejected lines. Nothing is silently dropped.
+- **Stopping.** ``should_stop(progress)`` is asked before a batch is sent and after its
+  checkpoint. A stop asked for while a batch was being read ends the run at the last checkpoint
+  without sending that batch, and the report forgets what it recorded since that checkpoint:
+  the resume reads those lines again and decides them there. Why: a signal handler's raise that
+  C code swallows (pydantic's validation calls back into Python) turns a valid line into a
+  rejection; sending the rest of the batch and checkpointing past it would lose that line for
+  good. A stopped run's report holds only the lines its checkpoints cover.
 """
 
 from __future__ import annotations
@@ -412,11 +419,31 @@ class _Stop(Exception):
     """Internal: the stop hook asked to end after the current checkpoint."""
 
 
+@dataclass(frozen=True)
+class _Covered:
+    """How much of a report the last checkpoint covers."""
+
+    rejected: int
+    kept_rejected: int
+    not_ready: int
+    kept_not_ready: int
+
+    @classmethod
+    def of(cls, report: ImportErrorReport) -> _Covered:
+        kept = len(report.rejected), len(report.not_ready)
+        return cls(report.rejected_count, kept[0], report.not_ready_count, kept[1])
+
+    def restore(self, report: ImportErrorReport) -> None:
+        report.rejected_count, report.not_ready_count = self.rejected, self.not_ready
+        del report.rejected[self.kept_rejected :], report.not_ready[self.kept_not_ready :]
+
+
 @dataclass
 class _Pump:
     opts: _Options
     report: ImportErrorReport
     counts: dict[str, Any]  # BackfillProgress fields, mutable on the hot path; copies go out
+    covered: _Covered
     _evaluated_at: float = field(default=-1e9)
 
     # progress ---------------------------------------------------------------------------------
@@ -476,6 +503,8 @@ class _Pump:
 
     def _send(self, source: str, batch: list[Snapshot], position: int, enqueued: int) -> int:
         """Send one batch, then checkpoint; returns the source's new enqueued count."""
+        if self.stop_requested():  # asked while this batch was read: its lines are read again
+            raise _Stop
         if batch:
             self._wait_for_room()
             self.opts.pacer.wait(len(batch))
@@ -500,6 +529,11 @@ class _Pump:
         store = self.opts.store
         if store is not None:
             store.record_checkpoint(self.opts.backfill_id, source, position, enqueued)
+        self.covered = _Covered.of(self.report)
+
+    def rewind(self) -> None:
+        """Forget what the report recorded after the last checkpoint (a stopped run)."""
+        self.covered.restore(self.report)
 
     # reading ----------------------------------------------------------------------------------
 
@@ -601,10 +635,11 @@ def run_backfill(
 
     ``send(batch)`` enqueues one batch (raising on failure). ``store`` records checkpoints and
     is required for ``resume``. ``queue_depth()`` + ``max_queue_depth`` give back-pressure (in
-    messages). ``should_stop(progress)``, checked after each checkpoint, ends the run early and
-    cleanly (an operator's Ctrl-C handler, or a test's interruption); a ``ValueError`` raised
-    while it asks to stop ends the run as stopped too (a signal handler's raise that C code
-    swallowed mid-validation).
+    messages). ``should_stop(progress)``, checked before each batch is sent and after its
+    checkpoint, ends the run early and cleanly at the last checkpoint (an operator's Ctrl-C
+    handler, or a test's interruption); a ``ValueError`` raised while it asks to stop ends the
+    run as stopped too (a signal handler's raise that C code swallowed mid-validation). A
+    stopped run's ``rejected`` holds only the lines its checkpoints cover (module docstring).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -642,7 +677,7 @@ def _has_checkpoints(store: BackfillStore, backfill_id: str, sources: list[Path]
 
 def _run(opts: _Options, sources: list[Path], report: ImportErrorReport) -> BackfillSummary:
     start = BackfillProgress(backfill_id=opts.backfill_id, files_total=len(sources))
-    pump = _Pump(opts, report, asdict(start))
+    pump = _Pump(opts, report, asdict(start), _Covered.of(report))
     stopped = False
     pump.check_unchanged(sources)
     try:
@@ -658,6 +693,8 @@ def _run(opts: _Options, sources: list[Path], report: ImportErrorReport) -> Back
         if not pump.stop_requested():
             raise
         stopped = True
+    if stopped:
+        pump.rewind()
     pump._set(source=None, waiting=False)
     pump._emit(force_evaluated=True)
     return BackfillSummary(pump.snapshot(), stopped, tuple(report.rejected))

@@ -79,10 +79,14 @@ def test_backfill_resume_of_an_unknown_id_is_refused(
     assert queue_length(redis_url, "evalq.backfill") == 0
 
 
+@pytest.mark.parametrize(
+    ("signum", "said"), [(signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")]
+)
 def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
-    workdir: Path, redis_url: str, store_url: str, store: Store
+    workdir: Path, redis_url: str, store_url: str, store: Store, signum: int, said: str
 ) -> None:
-    """SIGTERM mid-run: exit status 143 and ``--resume <id>`` on stderr; a resume finishes it."""
+    """SIGTERM (Ctrl-C) mid-run: exit status 143 (130) and ``--resume <id>`` on stderr; a
+    resume finishes it."""
     path = workdir / "traces.jsonl"
     # 10 s of input at this rate: the SIGTERM sent at the first checkpoint must land mid-run
     # even on a loaded machine (with 2 s of input it once arrived after the last line).
@@ -100,12 +104,12 @@ def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
     try:
         source = str(path.resolve())
         wait_until(lambda: store.latest_checkpoint("term", source) is not None, 30, "a checkpoint")
-        running.send_signal(signal.SIGTERM)
+        running.send_signal(signum)
         _, stderr = running.communicate(timeout=30)
     finally:
         running.kill()
-    assert running.returncode == 128 + signal.SIGTERM, stderr[-3000:]
-    assert "terminated; continue with --resume term" in stderr
+    assert running.returncode == 128 + signum, stderr[-3000:]
+    assert f"{said}; continue with --resume term" in stderr
     resumed = evalq(*args[:2], "--resume", "term", settings=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "read 2000," in resumed.stdout

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from producer import Producer
 from producer import _backfill as backfill_module
+from producer import _reader as reader_module
 from producer._backfill import (
     BackfillProgress,
     RedisQueueDepth,
@@ -379,3 +380,36 @@ def test_a_validation_error_while_a_stop_is_requested_ends_the_run_as_stopped(
     assert (summary.progress.enqueued, len(sent)) == (10, 10)
     with pytest.raises(ValueError, match="validation error"):
         run_backfill([source], sent.extend, batch_size=10, should_stop=lambda _: False)
+
+
+def test_a_line_rejected_while_a_stop_is_requested_is_read_again_by_the_resume(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal swallowed inside a line's validation rejects a valid line: the run stops at its
+    last checkpoint without sending that batch, reports only what its checkpoints cover, and the
+    resume sends the line (every valid line sent, none twice)."""
+    source = tmp_path / "traces.jsonl"
+    bad = write_lines(source, 40, bad_every=8)  # lines 8, 16, 24, 32, 40
+    original = reader_module._line
+    stop = {"requested": False}
+
+    def swallowed(run: Any, line: int, text: str) -> Iterator[Any]:
+        if line == 14 and not stop["requested"]:  # in the second batch of 10
+            stop["requested"] = True
+            run.reject(line, "messages[0].role", "INVALID_FIELD", "a swallowed signal")
+            return iter(())
+        return original(run, line, text)
+
+    monkeypatch.setattr(reader_module, "_line", swallowed)
+    sent: list[Snapshot] = []
+    first = run_backfill(
+        [source], sent.extend, store, batch_size=10, should_stop=lambda _: stop["requested"]
+    )
+    assert first.stopped
+    assert (first.progress.enqueued, len(sent)) == (10, 10)
+    assert [r.line for r in first.rejected_examples] == [8]
+    assert first.progress.rejected == 1
+    second = run_backfill([source], sent.extend, store, batch_size=10, resume=first.backfill_id)
+    assert not second.stopped
+    ids = [s.trace_id for s in sent]
+    assert len(ids) == len(set(ids)) == 40 - bad

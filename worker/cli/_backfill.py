@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -79,7 +79,7 @@ class _Backfill:
 
 
 class _Terminated(BaseException):
-    """SIGTERM during a backfill: unwind like Ctrl-C so the resume id is printed."""
+    """SIGTERM or Ctrl-C during a backfill: unwind so the resume id is printed."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -88,8 +88,10 @@ class _Terminated(BaseException):
 
 @dataclass
 class _Signal:
-    """The SIGTERM received, if any. The handler also raises, to stop a wait at once; a raise
-    that lands in a finalizer is swallowed by Python, so the run checks this after each batch."""
+    """The SIGTERM or SIGINT received, if any. The handler also raises, to stop a wait at once;
+    a raise that lands in a finalizer or in C code calling back into Python (pydantic's
+    validation) is swallowed there, so the run asks this before and after each batch (Ctrl-C
+    too: Python's own KeyboardInterrupt would leave no such trace)."""
 
     received: int | None = None
 
@@ -132,23 +134,29 @@ def backfill(
     if chosen is None:
         chosen = backfill_id_for(sources, format=fmt, unit=unit, metric_set=config.metric_set)
     job = _Backfill(paths, chosen, resume, backfill_id, batch_size, max_depth, rate, fmt, unit)
-    sigterm = _Signal()
-    previous = signal.signal(signal.SIGTERM, sigterm.handle)
+    received = _Signal()
+    previous = {n: signal.signal(n, received.handle) for n in (signal.SIGTERM, signal.SIGINT)}
     try:
-        summary = _run_backfill(job, config, url, sigterm)
+        summary = _run_backfill(job, config, url, received)
     except _Terminated as stop:
-        invalid(f"terminated; continue with --resume {chosen}", 128 + stop.signum)
-    except KeyboardInterrupt:
-        invalid(f"interrupted; continue with --resume {chosen}", 130)
+        _stopped_by(stop.signum, chosen)
+    except KeyboardInterrupt:  # before the handler was installed
+        _stopped_by(signal.SIGINT, chosen)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    if sigterm.received is not None:  # its raise was swallowed; the run stopped at a batch
-        invalid(f"terminated; continue with --resume {chosen}", 128 + sigterm.received)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received.received is not None:  # its raise was swallowed; the run stopped at a batch
+        _stopped_by(received.received, chosen)
     _print_backfill(summary, chosen)
     if summary.progress.read == 0 and summary.progress.rejected == 0 and resume is None:
         say_empty(" ".join(map(str, paths)), "traces", "enqueue")
     if summary.progress.rejected or summary.progress.failed:
         raise typer.Exit(1)
+
+
+def _stopped_by(signum: int, chosen: str) -> NoReturn:
+    what = "interrupted" if signum == signal.SIGINT else "terminated"
+    invalid(f"{what}; continue with --resume {chosen}", 128 + signum)
 
 
 def _hint(job: _Backfill) -> str:
@@ -157,7 +165,7 @@ def _hint(job: _Backfill) -> str:
     return f"nothing sent for backfill {job.chosen}: run the same command again"
 
 
-def _run_backfill(job: _Backfill, config: Settings, url: str, sigterm: _Signal) -> BackfillSummary:
+def _run_backfill(job: _Backfill, config: Settings, url: str, stop: _Signal) -> BackfillSummary:
     """One backfill run with the store, the producer and the progress bar open."""
     import redis  # noqa: PLC0415 - fast --help
 
@@ -195,7 +203,7 @@ def _run_backfill(job: _Backfill, config: Settings, url: str, sigterm: _Signal) 
                 format=job.fmt,
                 unit=job.unit,
                 metric_set=config.metric_set,
-                should_stop=sigterm.stop_requested,
+                should_stop=stop.stop_requested,
             )
     except (BackfillError, StoreError) as exc:
         err.print(
