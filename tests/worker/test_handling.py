@@ -227,6 +227,67 @@ def test_live_records_go_before_waiting_backfill_records(store: Store) -> None:
     assert all(not urgent for group in taken[1:] for urgent in group)
 
 
+async def _trickle(
+    handler: Handler, deliveries: list[Delivery], apart_s: float
+) -> list[tuple[str, float]]:
+    """Submit one delivery every ``apart_s``; (lane, seconds from the first submit to its
+    verdict) for each, in order."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    done: list[asyncio.Future[tuple[str, float]]] = []
+
+    async def timed(future: asyncio.Future[Verdict], lane: str) -> tuple[str, float]:
+        await future
+        return lane, loop.time() - started
+
+    for delivery in deliveries:
+        (verdict,) = handler.submit([delivery])
+        lane = delivery.lane.value if delivery.lane else "?"
+        done.append(asyncio.ensure_future(timed(verdict, lane)))
+        await asyncio.sleep(apart_s)
+    return list(await asyncio.gather(*done))
+
+
+def test_backfill_records_finishing_apart_gather_into_one_transaction(store: Store) -> None:
+    """Three backfill messages 50 ms apart: one transaction of three, after the gather wait
+    (without it, each would be written alone as it finished)."""
+    counting = CountingStore(store)
+    rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
+    handler = Handler(rt, Committer(rt, gather_s=1.0))
+    deliveries = [_evaluate(s.wire(), Lane.BACKFILL) for s in _snapshots(3, "gather")]
+    try:
+        with runtime.use(rt):
+            timings = rt.call(_trickle(handler, deliveries, apart_s=0.05))
+    finally:
+        rt.close()
+    assert counting.groups == [3]
+    assert all(at_s >= 1.0 for _, at_s in timings)  # the first waited the whole gather
+
+
+def test_a_live_record_is_not_held_by_a_gathering_backfill_group(store: Store) -> None:
+    """A live record that arrives while backfill records gather is written at once, alone;
+    sixteen backfill records (a full group) end their wait without waiting out the gather."""
+    counting = CountingStore(store)
+    rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
+    handler = Handler(rt, Committer(rt, gather_s=20.0))
+    snapshots = _snapshots(17, "hold")
+    backfill = [_evaluate(s.wire(), Lane.BACKFILL) for s in snapshots[:16]]
+    try:
+        with runtime.use(rt):
+            timings = rt.call(
+                _trickle(
+                    handler,
+                    [backfill[0], _evaluate(snapshots[16].wire()), *backfill[1:]],
+                    apart_s=0.01,
+                ),
+                timeout_s=15,
+            )
+    finally:
+        rt.close()
+    assert max(at_s for _, at_s in timings) < 10.0  # nobody waited out the 20 s gather
+    assert counting.groups == [1, 16]  # the live record alone, then the full backfill group
+
+
 async def _take_order(committer: Committer) -> list[list[bool]]:
     """Queue 10 backfill then 2 live pending writes and take the groups in order."""
     from worker.committer import _Pending  # noqa: PLC0415 - the committer's own queue
