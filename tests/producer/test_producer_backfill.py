@@ -20,6 +20,7 @@ from producer import _backfill as backfill_module
 from producer import _reader as reader_module
 from producer._backfill import (
     BackfillProgress,
+    BackfillSummary,
     RedisQueueDepth,
     backfill_rule,
     expand_paths,
@@ -355,6 +356,20 @@ def test_rich_progress_shows_read_enqueued_evaluated_failed(tmp_path: Path) -> N
     assert "read 297 · enqueued 297 · evaluated 5 · failed 2 · rejected lines 3" in text
 
 
+def _stopped_after_one_batch(
+    source: Path, store: Store, stop: dict[str, bool]
+) -> tuple[BackfillSummary, list[Snapshot]]:
+    """Backfill ``source`` in batches of 10 with a stop hook reading ``stop``; check that it
+    stopped after sending exactly the first batch; (summary, snapshots sent)."""
+    sent: list[Snapshot] = []
+    summary = run_backfill(
+        [source], sent.extend, store, batch_size=10, should_stop=lambda _: stop["requested"]
+    )
+    assert summary.stopped
+    assert (summary.progress.enqueued, len(sent)) == (10, 10)
+    return summary, sent
+
+
 def test_a_validation_error_while_a_stop_is_requested_ends_the_run_as_stopped(
     tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -372,12 +387,7 @@ def test_a_validation_error_while_a_stop_is_requested_ends_the_run_as_stopped(
         return replace_fields(snapshot, **changes)
 
     monkeypatch.setattr(backfill_module, "replace_fields", interrupted)
-    sent: list[Snapshot] = []
-    summary = run_backfill(
-        [source], sent.extend, store, batch_size=10, should_stop=lambda _: stop["requested"]
-    )
-    assert summary.stopped
-    assert (summary.progress.enqueued, len(sent)) == (10, 10)
+    _, sent = _stopped_after_one_batch(source, store, stop)
     with pytest.raises(ValueError, match="validation error"):
         run_backfill([source], sent.extend, batch_size=10, should_stop=lambda _: False)
 
@@ -401,12 +411,7 @@ def test_a_line_rejected_while_a_stop_is_requested_is_read_again_by_the_resume(
         return original(run, line, text)
 
     monkeypatch.setattr(reader_module, "_line", swallowed)
-    sent: list[Snapshot] = []
-    first = run_backfill(
-        [source], sent.extend, store, batch_size=10, should_stop=lambda _: stop["requested"]
-    )
-    assert first.stopped
-    assert (first.progress.enqueued, len(sent)) == (10, 10)
+    first, sent = _stopped_after_one_batch(source, store, stop)
     assert [r.line for r in first.rejected_examples] == [8]
     assert first.progress.rejected == 1
     second = run_backfill([source], sent.extend, store, batch_size=10, resume=first.backfill_id)
