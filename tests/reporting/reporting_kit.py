@@ -133,8 +133,13 @@ def _backfill(producer: Producer, store: Store) -> None:
     def send(batch: Sequence[Snapshot]) -> None:
         producer.enqueue_many(batch, lane=Lane.BACKFILL, batch_size=len(batch))
 
-    run_backfill(
-        [EXAMPLES], send, store, backfill_id=BACKFILL_ID, batch_size=4, should_stop=lambda _: True
+    run_backfill(  # one batch, then stop: a partly sent backfill
+        [EXAMPLES],
+        send,
+        store,
+        backfill_id=BACKFILL_ID,
+        batch_size=4,
+        should_stop=lambda progress: progress.batches >= 1,
     )
 
 
