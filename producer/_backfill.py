@@ -668,10 +668,12 @@ def run_backfill(
 
 
 def _has_checkpoints(store: BackfillStore, backfill_id: str, sources: list[Path]) -> bool:
+    # A file's fingerprint counts: a run stopped before its first batch (a Ctrl-C while it
+    # read) printed its id as resumable, and resuming it reads the file from the start.
     return any(
         store.latest_checkpoint(backfill_id, name) is not None
         for path in sources
-        for name in (str(path), COMPLETE_PREFIX + str(path))
+        for name in (str(path), COMPLETE_PREFIX + str(path), FINGERPRINT_PREFIX + str(path))
     )
 
 

@@ -418,3 +418,16 @@ def test_a_line_rejected_while_a_stop_is_requested_is_read_again_by_the_resume(
     assert not second.stopped
     ids = [s.trace_id for s in sent]
     assert len(ids) == len(set(ids)) == 40 - bad
+
+
+def test_a_run_stopped_before_its_first_batch_can_be_resumed(tmp_path: Path, store: Store) -> None:
+    """A stop asked for from the start sends nothing; its id (printed as resumable) resumes
+    from the first line instead of being refused as UNKNOWN_BACKFILL."""
+    source = tmp_path / "traces.jsonl"
+    write_lines(source, 25)
+    sent: list[Snapshot] = []
+    first = run_backfill([source], sent.extend, store, batch_size=10, should_stop=lambda _: True)
+    assert first.stopped
+    assert (first.progress.enqueued, sent) == (0, [])
+    second = run_backfill([source], sent.extend, store, batch_size=10, resume=first.backfill_id)
+    assert (second.stopped, second.progress.enqueued, len(sent)) == (False, 25, 25)
