@@ -55,6 +55,7 @@ import stamina
 
 from worker.runtime import Runtime
 from worker.store import (
+    SQLITE_BULK_ROWS,
     EvaluationRecord,
     PermanentStoreError,
     SendRecord,
@@ -71,9 +72,9 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 GROUP_ROWS = 64
 """Most evaluations one transaction holds (bounds how long a live record can wait behind one)."""
-GATHER_ROWS = 16
-"""A group of non-live records this large is written without waiting for more (SQLite's
-transaction size for a backfill: ``SQLITE_BULK_ROWS``)."""
+GATHER_ROWS = SQLITE_BULK_ROWS
+"""A group of non-live records this large (SQLite's transaction size for a backfill) is written
+without waiting for more."""
 GATHER_S = 0.02
 """How long a smaller group of non-live records waits for more before it is written."""
 HOLD_MAX_S = 60.0

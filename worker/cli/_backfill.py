@@ -138,10 +138,8 @@ def backfill(
     previous = {n: signal.signal(n, received.handle) for n in (signal.SIGTERM, signal.SIGINT)}
     try:
         summary = _run_backfill(job, config, url, received)
-    except _Terminated as stop:
+    except _Terminated as stop:  # SIGINT too: the handler replaces KeyboardInterrupt here
         _stopped_by(stop.signum, chosen)
-    except KeyboardInterrupt:  # before the handler was installed
-        _stopped_by(signal.SIGINT, chosen)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

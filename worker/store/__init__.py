@@ -135,6 +135,7 @@ Exceptions::
 from __future__ import annotations
 
 from ._attempts import ATTEMPT_PREFIX, attempt_of, attempt_run
+from ._backends import SQLITE_BULK_ROWS
 from ._browse import (
     MAX_PAGE,
     MIN_PREFIX,
@@ -207,6 +208,7 @@ __all__ = [
     "NEWEST_ATTEMPT",
     "PAYLOAD_LIMIT_BYTES",
     "SCHEMA_VERSION",
+    "SQLITE_BULK_ROWS",
     "STORE_URL_SETTING",
     "AppendOnlyError",
     "AskedQuestion",
