@@ -1,15 +1,15 @@
 """Prometheus metrics of the evalq worker, and a collector that reads queue depth from Redis.
 
-Process model (the documented choice): workers run Celery's *threads* pool with one event loop per
-process, so one process holds every counter. :func:`start_exporter` serves that process's registry
-over HTTP on a port of its own (one port per worker process tree, i.e. per container).
-prometheus_client is thread-safe, so pool threads and the loop thread all record directly.
+Process model: ``evalq worker`` runs one consumer process per core under a supervisor, which
+serves ``/metrics`` for all of them through prometheus_client's multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR``, a private directory set before the children import
+prometheus_client); a worker that is a single process serves its own registry
+(:func:`start_exporter`). One port per worker process tree, i.e. per container. Worker-side metrics
+are counters and histograms only, which aggregate across processes without a gauge mode to choose.
+prometheus_client is thread-safe: the loop thread and the store threads record directly.
 
-Prefork (kept for diagnosis) works through prometheus_client's multiprocess mode: set
-``PROMETHEUS_MULTIPROC_DIR`` to an empty writable directory *before* the process imports
-prometheus_client, start the exporter in the parent, and call :func:`mark_process_dead` from
-``worker_process_shutdown``. Worker-side metrics are counters and histograms only, which aggregate
-across processes without a gauge mode to choose.
+Judge HTTP responses are counted by the judge's endpoint itself (its ``on_response`` hook, wired
+by the runtime to :meth:`WorkerMetrics.observe_http_status`): every attempt, retries included.
 
 Queue depth is not a worker metric: every worker would report the same lists. One small process
 runs :class:`QueueCollector` instead (``evalq queue-exporter --port 9809``), and
@@ -34,7 +34,6 @@ from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import httpx
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client import multiprocess as _multiprocess
@@ -83,7 +82,6 @@ __all__ = [
     "allow_metric_ids",
     "allow_reasons",
     "default_metrics",
-    "judge_http_event_hooks",
     "judge_status",
     "main",
     "mark_process_dead",
@@ -324,7 +322,7 @@ class WorkerMetrics:
 
     def observe_http_status(self, status_code: int) -> None:
         """One HTTP response from the judge backend (each retried attempt counts)."""
-        self.judge_http_responses.labels(_http_class(status_code)).inc()
+        self._child(self.judge_http_responses, _http_class(status_code)).inc()
 
     def observe_queue_wait(self, lane: str, wait_s: float) -> None:
         """Time a message waited between publish and the start of its processing."""
@@ -488,18 +486,6 @@ def _validity(request: JudgeRequest, response: object) -> str:
     except ValueError:
         return "invalid"
     return "ok"
-
-
-def judge_http_event_hooks(
-    metrics: WorkerMetrics | None = None,
-) -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
-    """``event_hooks`` for the judge's ``httpx.AsyncClient``: counts every response (429s too)."""
-    target = metrics or default_metrics()
-
-    async def on_response(response: httpx.Response) -> None:
-        target.observe_http_status(response.status_code)
-
-    return {"response": [on_response]}
 
 
 # -- exporter -----------------------------------------------------------------------------------

@@ -117,19 +117,26 @@ def configured_metric_set(settings: Settings, name: str) -> MetricSet:
 
 
 def _build_judge(settings: Settings) -> Judge:
-    """The configured judge; keys come from this process's environment via ``Settings``."""
+    """The configured judge; keys come from this process's environment via ``Settings``.
+
+    Every HTTP response it receives (retried attempts too) is counted by status class.
+    """
     key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     if settings.judge is JudgeKind.SYNTHETIC:
         return SyntheticJudge()
+    counted = metrics.default_metrics().observe_http_status
     if settings.judge is JudgeKind.SYSTEMONE:
         return SystemOneJudge(
             base_url=settings.judge_url or SystemOneJudge.DEFAULT_BASE_URL,
             api_key=key,
             model=settings.judge_model or SystemOneJudge.DEFAULT_MODEL,
+            on_response=counted,
         )
     assert settings.judge_url is not None  # Settings requires both for the chat judge
     assert settings.judge_model is not None
-    return ChatJudge.openai_compatible(settings.judge_url, settings.judge_model, api_key=key)
+    return ChatJudge.openai_compatible(
+        settings.judge_url, settings.judge_model, api_key=key, on_response=counted
+    )
 
 
 def open_worker_store(settings: Settings) -> Store:

@@ -7,7 +7,6 @@ import time
 import urllib.error
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 from kombu import Connection
@@ -287,15 +286,17 @@ def test_metered_judge_records_timeout_on_cancellation(
     assert value(registry, "evalq_judge_requests_total", status="timeout") == 1
 
 
-def test_http_hooks_count_every_429_attempt_of_a_real_server(
+def test_judge_http_responses_count_every_429_attempt_of_a_real_server(
     wm: WorkerMetrics, registry: CollectorRegistry
 ) -> None:
     """Against a real server answering 429 twice then OK: 2 x 429 + 1 x 2xx, and one ok request."""
     policy = RetryPolicy(attempts=3, backoff_initial_s=0.01, backoff_max_s=0.02, backoff_jitter_s=0)
 
     async def run(base_url: str) -> None:
-        async with httpx.AsyncClient(event_hooks=metrics.judge_http_event_hooks(wm)) as client:
-            judge = SystemOneJudge(base_url, api_key="k-test", client=client, policy=policy)
+        judge = SystemOneJudge(
+            base_url, api_key="k-test", policy=policy, on_response=wm.observe_http_status
+        )
+        async with judge:
             with use_deadline(time.monotonic() + 20):
                 await MeteredJudge(judge, wm)(_request())
 

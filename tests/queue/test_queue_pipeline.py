@@ -20,12 +20,13 @@ from tests.queue.queue_kit import (
     WorkerProcess,
     example_snapshots,
     publish_raw,
+    systemone_knobs,
     task_headers,
     wait_until,
 )
 from worker.dead_letters import redrive
 from worker.embedded import free_port
-from worker.judges.testing import JudgeServer
+from worker.judges.testing import JudgeServer, status
 from worker.store import Store
 
 pytestmark = pytest.mark.services
@@ -273,3 +274,26 @@ def test_worker_serves_metrics_for_its_evaluations_and_dead_letters(
     assert _sample(text, "evalq_queue_wait_seconds_count", lane="live") == 2
     assert _sample(text, "evalq_dead_letters_total", reason="SCHEMA_INVALID") == 1
     assert _sample(text, "evalq_judge_requests_total", status="ok") == 1
+
+
+def test_worker_counts_every_judge_http_response_by_status_class(
+    redis_url: str,
+    sqlite_url: str,
+    judge_server: JudgeServer,
+    start_worker: Callable[..., WorkerProcess],
+    producer_for: Callable[..., Producer],
+) -> None:
+    """A System One judge answering 429 once: /metrics counts that 429 and the 2xx retries."""
+    port = free_port()
+    judge_server.script(status(429, retry_after=0))
+    knobs = systemone_knobs(judge_server.base_url, sqlite_url, redis_url)
+    start_worker(**knobs, metrics_port=str(port))
+    producer_for(redis_url).enqueue(example_snapshots()["order-42"])
+
+    def scrape() -> str:
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+
+    wait_until(lambda: _sample(scrape(), "evalq_evaluations_total") >= 1, 30, "the evaluation")
+    text = scrape()
+    assert _sample(text, "evalq_judge_http_responses_total", code="429") == 1
+    assert _sample(text, "evalq_judge_http_responses_total", code="2xx") == judge_server.count - 1

@@ -239,6 +239,7 @@ class ChatJudge:
         *,
         policy: RetryPolicy | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        on_response: Callable[[int], None] | None = None,
     ) -> ChatJudge:
         """A judge posting to ``{base_url}/chat/completions`` (OpenAI, vLLM, Ollama, llama.cpp)."""
         headers = {"Accept": "application/json", "Content-Type": "application/json"}
@@ -255,6 +256,7 @@ class ChatJudge:
             policy=policy or RetryPolicy(attempt_timeout_s=60.0),  # LLMs are slower than Jev
             max_reply_bytes=max_reply_bytes,
             secrets=secrets,
+            on_response=on_response,
         )
         return cls(model, _endpoint_transport(endpoint), closer=endpoint.aclose)
 

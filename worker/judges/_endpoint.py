@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
@@ -149,6 +149,8 @@ class JsonEndpoint:
     Reply bodies are read bounded (``worker.judges._body``): a 2xx body past
     ``max_reply_bytes`` (decoded) is :class:`InvalidReply` (``INVALID_RESPONSE``, not retried);
     an error body past :data:`ERROR_BODY_CAP` is dropped and the error keeps only its status.
+    ``on_response`` is called with the status of every HTTP response, retried attempts included
+    (the worker counts them: ``evalq_judge_http_responses_total``, the 429 ratio's source).
     """
 
     def __init__(
@@ -161,6 +163,7 @@ class JsonEndpoint:
         policy: RetryPolicy,
         secrets: tuple[str, ...] = (),
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        on_response: Callable[[int], None] | None = None,
     ) -> None:
         if max_reply_bytes < 1:
             raise ValueError("max_reply_bytes must be >= 1")
@@ -178,6 +181,7 @@ class JsonEndpoint:
         self._closed = False
         self._policy = policy
         self._secrets = secrets
+        self._on_response = on_response
 
     def __repr__(self) -> str:
         return f"JsonEndpoint(url={self.url!r})"
@@ -232,6 +236,8 @@ class JsonEndpoint:
         with translated_errors(self._service):
             async with asyncio.timeout(timeout_s):  # a total bound: read timeouts are per chunk
                 reply = await self._send(body, timeout_s)
+        if self._on_response is not None:
+            self._on_response(reply.status)
         if 200 <= reply.status < 300:
             if not reply.complete:
                 raise InvalidReply(None, None)  # too large or undecodable: no usable reply

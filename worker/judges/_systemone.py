@@ -9,6 +9,7 @@ translation).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import ClassVar, Self
 
@@ -95,6 +96,7 @@ class SystemOneJudge:
         *,
         policy: RetryPolicy | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        on_response: Callable[[int], None] | None = None,
     ) -> None:
         key = check_api_key(api_key)  # printable ASCII, no spaces (as typesafe-sdk requires)
         self._model = check_model(model)
@@ -112,6 +114,7 @@ class SystemOneJudge:
             policy=policy or RetryPolicy(),
             max_reply_bytes=max_reply_bytes,
             secrets=(key,),
+            on_response=on_response,
         )
 
     @property
