@@ -8,6 +8,7 @@ recovery; then exact counts read from the store and a broker that holds nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -21,7 +22,9 @@ from tests.faults.conftest import StartWorker
 from tests.faults.fault_kit import (
     AGENT_METRICS,
     SOAK,
+    FaultWorker,
     evaluated_at_least,
+    evaluations_in,
     recorded_requests,
     redone,
     report_row,
@@ -52,6 +55,12 @@ def _knobs(redis_url: str, store_url: str, judge: JudgeServer, **extra: str) -> 
         "restore_interval_s": "1",
         **extra,
     }
+
+
+def _progress(store_url: str, workers: tuple[FaultWorker, ...]) -> str:
+    """What a wait for a judging worker saw: evaluations stored, each worker's judge responses."""
+    seen = [w.judge_responses() for w in workers]
+    return f"{evaluations_in(store_url)} evaluations stored, judge responses by worker {seen}"
 
 
 def _split_lanes(prefix: str, count: int) -> tuple[list[Snapshot], list[Snapshot]]:
@@ -97,6 +106,13 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
     for kill in range(KILLS):
         mark = BACKFILL_N * (kill + 1) // (KILLS + 2)
         wait_until(evaluated_at_least(store_url, mark), 120, f"{mark} evaluations")
+        # A replacement still starting holds no work: kill the oldest once it is judging.
+        wait_until(
+            workers[0].judging(),
+            60,
+            "the worker to be killed to be judging",
+            functools.partial(_progress, store_url, tuple(workers)),
+        )
         workers.pop(0).kill_group()
         workers.append(start_worker(**knobs))
 
