@@ -4,8 +4,9 @@ Process model: ``evalq worker`` runs one consumer process per core under a super
 serves ``/metrics`` for all of them through prometheus_client's multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR``, a private directory set before the children import
 prometheus_client); a worker that is a single process serves its own registry
-(:func:`start_exporter`). One port per worker process tree, i.e. per container. Worker-side metrics
-are counters and histograms only, which aggregate across processes without a gauge mode to choose.
+(:func:`start_exporter`). One port per worker process tree, i.e. per container; the supervisor
+calls :func:`mark_process_dead` for a child that exits. Worker-side metrics are counters and
+histograms only, which aggregate across processes without a gauge mode to choose.
 prometheus_client is thread-safe: the loop thread and the store threads record directly.
 
 Judge HTTP responses are counted by the judge's endpoint itself (its ``on_response`` hook, wired

@@ -8,10 +8,10 @@ recovery; then exact counts read from the store and a broker that holds nothing.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +24,6 @@ from tests.faults.fault_kit import (
     SOAK,
     FaultWorker,
     evaluated_at_least,
-    evaluations_in,
     recorded_requests,
     redone,
     report_row,
@@ -57,10 +56,18 @@ def _knobs(redis_url: str, store_url: str, judge: JudgeServer, **extra: str) -> 
     }
 
 
-def _progress(store_url: str, workers: tuple[FaultWorker, ...]) -> str:
-    """What a wait for a judging worker saw: evaluations stored, each worker's judge responses."""
-    seen = [w.judge_responses() for w in workers]
-    return f"{evaluations_in(store_url)} evaluations stored, judge responses by worker {seen}"
+def _victim(workers: list[FaultWorker], wait_s: float = 5.0) -> FaultWorker:
+    """The first of ``workers`` seen judging (its judge responses grew between two scrapes),
+    else, after ``wait_s``, the oldest: on a loaded machine the work can run out while a
+    replacement starts, and a kill then finds nothing in flight anywhere."""
+    checks = [(worker, worker.judging()) for worker in workers]
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        judging = [worker for worker, grew in checks if grew()]
+        if judging:
+            return judging[0]
+        time.sleep(0.05)
+    return workers[0]
 
 
 def _split_lanes(prefix: str, count: int) -> tuple[list[Snapshot], list[Snapshot]]:
@@ -106,14 +113,9 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
     for kill in range(KILLS):
         mark = BACKFILL_N * (kill + 1) // (KILLS + 2)
         wait_until(evaluated_at_least(store_url, mark), 120, f"{mark} evaluations")
-        # A replacement still starting holds no work: kill the oldest once it is judging.
-        wait_until(
-            workers[0].judging(),
-            60,
-            "the worker to be killed to be judging",
-            functools.partial(_progress, store_url, tuple(workers)),
-        )
-        workers.pop(0).kill_group()
+        victim = _victim(workers)  # not a replacement still starting, if any is judging
+        workers.remove(victim)
+        victim.kill_group()
         workers.append(start_worker(**knobs))
 
     wait_recovered(redis_url, store_url, RECOVERY_S)

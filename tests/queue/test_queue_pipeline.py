@@ -249,6 +249,11 @@ def _sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def _scrape(port: int) -> str:
+    """The text a worker's ``/metrics`` on ``port`` serves now."""
+    return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+
+
 def test_worker_serves_metrics_for_its_evaluations_and_dead_letters(
     redis_url: str,
     sqlite_url: str,
@@ -266,11 +271,8 @@ def test_worker_serves_metrics_for_its_evaluations_and_dead_letters(
     wait_until(lambda: len(store.open_dead_letters()) == 1, 20, "the dead letter")
     wait_until(lambda: store.count_evaluations() == 1, 20, "the evaluation")
 
-    def scrape() -> str:
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-
-    wait_until(lambda: _sample(scrape(), "evalq_evaluations_total") >= 1, 10, "the counter")
-    text = scrape()
+    wait_until(lambda: _sample(_scrape(port), "evalq_evaluations_total") >= 1, 10, "the counter")
+    text = _scrape(port)
     assert _sample(text, "evalq_queue_wait_seconds_count", lane="live") == 2
     assert _sample(text, "evalq_dead_letters_total", reason="SCHEMA_INVALID") == 1
     assert _sample(text, "evalq_judge_requests_total", status="ok") == 1
@@ -290,10 +292,7 @@ def test_worker_counts_every_judge_http_response_by_status_class(
     start_worker(**knobs, metrics_port=str(port))
     producer_for(redis_url).enqueue(example_snapshots()["order-42"])
 
-    def scrape() -> str:
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-
-    wait_until(lambda: _sample(scrape(), "evalq_evaluations_total") >= 1, 30, "the evaluation")
-    text = scrape()
+    wait_until(lambda: _sample(_scrape(port), "evalq_evaluations_total") >= 1, 30, "the evaluation")
+    text = _scrape(port)
     assert _sample(text, "evalq_judge_http_responses_total", code="429") == 1
     assert _sample(text, "evalq_judge_http_responses_total", code="2xx") == judge_server.count - 1
