@@ -397,7 +397,8 @@ def test_a_line_rejected_while_a_stop_is_requested_is_read_again_by_the_resume(
 ) -> None:
     """A signal swallowed inside a line's validation rejects a valid line: the run stops at its
     last checkpoint without sending that batch, reports only what its checkpoints cover, and the
-    resume sends the line (every valid line sent, none twice)."""
+    resume sends the line (every valid line sent, none twice) and reports every rejected line
+    of the file, the one the stopped run reported included."""
     source = tmp_path / "traces.jsonl"
     bad = write_lines(source, 40, bad_every=8)  # lines 8, 16, 24, 32, 40
     original = reader_module._line
@@ -416,6 +417,7 @@ def test_a_line_rejected_while_a_stop_is_requested_is_read_again_by_the_resume(
     assert first.progress.rejected == 1
     second = run_backfill([source], sent.extend, store, batch_size=10, resume=first.backfill_id)
     assert not second.stopped
+    assert [r.line for r in second.rejected_examples] == [8, 16, 24, 32, 40]
     ids = [s.trace_id for s in sent]
     assert len(ids) == len(set(ids)) == 40 - bad
 
