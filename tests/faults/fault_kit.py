@@ -204,30 +204,17 @@ class FaultWorker(WorkerProcess):
 
     def duplicate_deliveries(self) -> int:
         """Deliveries that found their evaluation recorded (``outcome="duplicate"``); 0 if dead."""
-        if self.process.poll() is not None:
-            return 0
         return self._metric_sum("evalq_evaluations_total{", 'outcome="duplicate"')
 
     def judge_responses(self) -> int:
-        """Judge HTTP responses this worker received so far; -1 once it has exited."""
-        if self.process.poll() is not None:
-            return -1
+        """Judge HTTP responses this worker received so far; 0 if dead."""
         return self._metric_sum("evalq_judge_http_responses_total{")
 
-    def judging(self) -> Callable[[], bool]:
-        """A predicate for :func:`wait_until`: this worker's judge responses grew since the last
-        call, so it is consuming and has requests in flight (a kill then hits work in flight)."""
-        seen = [self.judge_responses()]
-
-        def grew() -> bool:
-            now = self.judge_responses()
-            grown, seen[0] = now > seen[0], now
-            return grown
-
-        return grew
-
     def _metric_sum(self, prefix: str, label: str = "") -> int:
-        """Sum of the ``/metrics`` samples whose line starts with ``prefix`` and holds ``label``."""
+        """Sum of the ``/metrics`` samples whose line starts with ``prefix`` and holds ``label``
+        (0 once the worker has exited: its counters died with it)."""
+        if self.process.poll() is not None:
+            return 0
         text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
         return int(
             sum(

@@ -60,13 +60,15 @@ def _victim(workers: list[FaultWorker], wait_s: float = 5.0) -> FaultWorker:
     """The first of ``workers`` seen judging (its judge responses grew between two scrapes),
     else, after ``wait_s``, the oldest: on a loaded machine the work can run out while a
     replacement starts, and a kill then finds nothing in flight anywhere."""
-    checks = [(worker, worker.judging()) for worker in workers]
+    before = [worker.judge_responses() for worker in workers]
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        judging = [worker for worker, grew in checks if grew()]
-        if judging:
-            return judging[0]
         time.sleep(0.05)
+        after = [worker.judge_responses() for worker in workers]
+        grown = [w for w, old, new in zip(workers, before, after, strict=True) if new > old]
+        if grown:
+            return grown[0]
+        before = after
     return workers[0]
 
 
