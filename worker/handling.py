@@ -625,7 +625,7 @@ class Handler:
         written = await self.committer.write(
             record, job.content, urgent=job.lane is Lane.LIVE, sends=message.take_sends()
         )
-        _observe(job, record, finished.report, written.created)
+        _observe(job, record, finished, written.created)
         if written.created and self.events is not None:
             _emit(self.events, job, record)
 
@@ -714,9 +714,11 @@ def _settle(verdict: asyncio.Future[Verdict], value: Verdict) -> None:
         verdict.set_result(value)
 
 
-def _observe(job: _Job, record: EvaluationRecord, report: Report, created: bool) -> None:
+def _observe(
+    job: _Job, record: EvaluationRecord, finished: FinishedEvaluation, created: bool
+) -> None:
     if created:
-        metrics.observe_reports(record.lane, [report])
+        metrics.observe_reports(record.lane, [finished.report], overloaded=finished.overloaded)
         _log.info(
             "evaluation recorded: %s (%s%s, trace %s)",
             job.snapshot_id[:16],

@@ -80,6 +80,13 @@ class LoopLagLimit:
         self._limit = float(ceiling)
         self._window: list[float] = []
         self._busiest = 0
+        self._lagging = False
+
+    @property
+    def lagging(self) -> bool:
+        """Whether the last decided window's median lag was above :data:`HIGH_S` (the loop has a
+        backlog: evaluations ending now spent part of their budget waiting for it)."""
+        return self._lagging
 
     @property
     def current(self) -> int:
@@ -95,6 +102,7 @@ class LoopLagLimit:
         if count >= WINDOW or (count >= MIN_SAMPLES and span_s >= WINDOW_S):
             median_s = statistics.median(self._window)
             busiest, self._window, self._busiest = self._busiest, [], 0
+            self._lagging = median_s > HIGH_S
             self._limit = min(max(self._next(median_s, busiest), self.floor), self.ceiling)
 
     def _next(self, median_s: float, busiest: int) -> float:

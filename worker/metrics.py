@@ -9,6 +9,11 @@ calls :func:`mark_process_dead` for a child that exits. Worker-side metrics are 
 histograms only, which aggregate across processes without a gauge mode to choose.
 prometheus_client is thread-safe: the loop thread and the store threads record directly.
 
+Each runtime samples its event loop's lag every 50 ms (``evalq_loop_lag_seconds``); an evaluation
+that ends with TIMEOUT results while that lag's last window was above 0.1 s is counted in
+``evalq_overload_timeouts_total`` as well (:attr:`~worker.runtime.FinishedEvaluation.overloaded`):
+the worker's CPU, not the judge, is then the likely cause.
+
 Judge HTTP responses are counted by the judge's endpoint itself (its ``on_response`` hook, wired
 by the runtime to :meth:`WorkerMetrics.observe_http_status`): every attempt, retries included.
 
@@ -89,6 +94,7 @@ __all__ = [
     "observe_dead_letter",
     "observe_duplicate",
     "observe_judge_call",
+    "observe_loop_lag",
     "observe_queue_wait",
     "observe_report",
     "observe_reports",
@@ -131,6 +137,7 @@ _LANES = frozenset(lane.value for lane in Lane)
 _STATUSES = frozenset(status.value for status in Status)
 _HTTP_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx")
 _LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+_LAG_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _WAIT_BUCKETS_S = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 
 
@@ -176,6 +183,20 @@ class WorkerMetrics:
             "evalq_budget_timeouts",
             "Metric results marked TIMEOUT because the evaluation budget ran out.",
             ("lane",),
+            registry=registry,
+        )
+        self.overload_timeouts = Counter(
+            "evalq_overload_timeouts",
+            "Evaluations with TIMEOUT results that ended while their process's event loop lagged "
+            "above 0.1 s: the worker's own CPU, not the judge, is the likely cause.",
+            ("lane",),
+            registry=registry,
+        )
+        self.loop_lag = Histogram(
+            "evalq_loop_lag_seconds",
+            "How late a worker process's event loop runs a 50 ms timer (sampled every 50 ms); "
+            "above 0.1 s the process holds evaluations back as messages.",
+            buckets=_LAG_BUCKETS_S,
             registry=registry,
         )
         self.dead_letters = Counter(
@@ -263,9 +284,13 @@ class WorkerMetrics:
         """Record one finished evaluation: outcome, duration, every result, tokens."""
         self.observe_reports(lane, (report,))
 
-    def observe_reports(self, lane: str, reports: Iterable[Report]) -> None:
+    def observe_reports(
+        self, lane: str, reports: Iterable[Report], *, overloaded: bool = False
+    ) -> None:
         """Record finished evaluations of one lane (a message's): the same counts as one
         :meth:`observe_report` each, with one increment per label set instead of per result.
+        ``overloaded``: they ended while the process's loop lagged (their TIMEOUTs are counted
+        as the worker's own as well).
 
         Measured: per-result ``labels(...).inc()`` calls were ~7% of a busy worker's CPU.
         """
@@ -287,6 +312,8 @@ class WorkerMetrics:
             unknown += max(0, report.requests - len(known))
         for outcome, count in outcomes.items():
             self._child(self.evaluations, lane, outcome).inc(count)
+        if overloaded and outcomes["timeout"]:
+            self._child(self.overload_timeouts, lane).inc(outcomes["timeout"])
         self._observe_results(lane, results)
         self._child(self.judge_tokens, "input").inc(tokens[0])
         self._child(self.judge_tokens, "output").inc(tokens[1])
@@ -324,6 +351,11 @@ class WorkerMetrics:
     def observe_http_status(self, status_code: int) -> None:
         """One HTTP response from the judge backend (each retried attempt counts)."""
         self._child(self.judge_http_responses, _http_class(status_code)).inc()
+
+    def observe_loop_lag(self, lag_s: float) -> None:
+        """One sample of how late the process's event loop ran its timer."""
+        if math.isfinite(lag_s):
+            self.loop_lag.observe(max(0.0, lag_s))
 
     def observe_queue_wait(self, lane: str, wait_s: float) -> None:
         """Time a message waited between publish and the start of its processing."""
@@ -376,9 +408,9 @@ def allow_reasons(codes: Iterable[str]) -> None:
     default_metrics().allow_reasons(codes)
 
 
-def observe_reports(lane: str, reports: Iterable[Report]) -> None:
+def observe_reports(lane: str, reports: Iterable[Report], *, overloaded: bool = False) -> None:
     """:meth:`WorkerMetrics.observe_reports` on the process-wide instance."""
-    default_metrics().observe_reports(lane, reports)
+    default_metrics().observe_reports(lane, reports, overloaded=overloaded)
 
 
 def observe_report(lane: str, report: Report) -> None:
@@ -399,6 +431,11 @@ def observe_dead_letter(reason: str, lane: str = OTHER) -> None:
 def observe_judge_call(status: str, latency_s: float) -> None:
     """Record one judge request."""
     default_metrics().observe_judge_call(status, latency_s)
+
+
+def observe_loop_lag(lag_s: float) -> None:
+    """Record one loop-lag sample on the default registry."""
+    default_metrics().observe_loop_lag(lag_s)
 
 
 def observe_queue_wait(lane: str, wait_s: float) -> None:

@@ -212,12 +212,16 @@ class FinishedEvaluation:
     (Not an outcome event: those are :class:`producer.snapshot.OutcomeEvent`.)
 
     ``started_s`` is ``time.monotonic()`` when the evaluation got its slot (its budget's start).
+    ``overloaded``: the process's event loop was lagging when it ended
+    (:attr:`~worker.loop_lag_limit.LoopLagLimit.lagging`), so a TIMEOUT in it is likely the
+    worker's own CPU overload rather than the judge's.
     """
 
     report: Report
     started_at: datetime
     started_s: float
     backstop: bool
+    overloaded: bool = False
 
 
 class Runtime:
@@ -338,7 +342,9 @@ class Runtime:
             asleep = self.loop.time()
             await asyncio.sleep(SAMPLE_S)
             before = guard.current
-            guard.observe(self.loop.time() - asleep - SAMPLE_S, self._slots.in_use)
+            lag_s = self.loop.time() - asleep - SAMPLE_S
+            guard.observe(lag_s, self._slots.in_use)
+            metrics.observe_loop_lag(lag_s)
             if guard.current > before:  # only a grown limit has slots to hand out
                 self._slots.wake()
 
@@ -382,11 +388,19 @@ class Runtime:
                 _log.warning("evaluation backstop: %s", Reason.TIMEOUT)
                 elapsed_s = time.monotonic() - started
                 report = evaluator.interrupted_report(trace, progress, elapsed_s)
-                return FinishedEvaluation(report, started_at, started, backstop=True)
+                return FinishedEvaluation(
+                    report, started_at, started, backstop=True, overloaded=self._lagging()
+                )
             except asyncio.CancelledError:
                 task.cancel()
                 raise
-            return FinishedEvaluation(report, started_at, started, backstop=False)
+            return FinishedEvaluation(
+                report, started_at, started, backstop=False, overloaded=self._lagging()
+            )
+
+    def _lagging(self) -> bool:
+        guard = self._slots.guard
+        return guard is not None and guard.lagging
 
     def _abandon(self, task: asyncio.Future[Report]) -> None:
         """Cancel a runaway evaluation and keep a reference until it really ends."""

@@ -184,6 +184,32 @@ def test_a_message_of_reports_counts_as_each_report_would(wm: WorkerMetrics) -> 
     assert samples(wm)  # the comparison is not between two empty sets
 
 
+def test_timeouts_of_an_overloaded_process_are_counted_as_its_own(
+    wm: WorkerMetrics, registry: CollectorRegistry
+) -> None:
+    """overloaded=True adds each TIMEOUT evaluation to evalq_overload_timeouts; others never."""
+    timed_out = report(entry("goal_completion", DECIDED), entry("tool_correctness", TIMEOUT))
+    decided = report(entry("goal_completion", DECIDED))
+    wm.observe_reports("live", [timed_out, decided], overloaded=True)
+    wm.observe_reports("live", [timed_out])  # the judge's TIMEOUT: the loop had room
+    wm.observe_reports("backfill", [decided], overloaded=True)
+    assert value(registry, "evalq_overload_timeouts_total", lane="live") == 1
+    assert value(registry, "evalq_evaluations_total", lane="live", outcome="timeout") == 2
+    assert value(registry, "evalq_overload_timeouts_total", lane="backfill") == 0
+
+
+def test_loop_lag_samples_land_in_their_buckets(
+    wm: WorkerMetrics, registry: CollectorRegistry
+) -> None:
+    """Each lag sample is one observation; a negative one (clock jitter) counts as zero."""
+    for lag_s in (0.001, 0.03, 0.3, -0.002, float("nan")):
+        wm.observe_loop_lag(lag_s)
+    assert value(registry, "evalq_loop_lag_seconds_count") == 4
+    assert value(registry, "evalq_loop_lag_seconds_bucket", le="0.005") == 2
+    assert value(registry, "evalq_loop_lag_seconds_bucket", le="0.1") == 3
+    assert value(registry, "evalq_loop_lag_seconds_sum") == pytest.approx(0.331)
+
+
 def test_evaluation_outcome_error_and_ok(wm: WorkerMetrics, registry: CollectorRegistry) -> None:
     """ERROR results other than TIMEOUT make the outcome error; none make it ok."""
     wm.observe_report(

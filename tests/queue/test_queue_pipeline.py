@@ -261,7 +261,8 @@ def test_worker_serves_metrics_for_its_evaluations_and_dead_letters(
     producer_for: Callable[..., Producer],
     open_test_store: Callable[[str], Store],
 ) -> None:
-    """EVALQ_METRICS_PORT: /metrics counts the evaluation, its queue wait and a dead letter."""
+    """EVALQ_METRICS_PORT: /metrics counts the evaluation, its queue wait, a dead letter and the
+    event loop's lag samples of every consumer process."""
     port = free_port()
     start_worker(broker_url=redis_url, store_url=sqlite_url, metrics_port=str(port))
     producer = producer_for(redis_url)
@@ -276,6 +277,8 @@ def test_worker_serves_metrics_for_its_evaluations_and_dead_letters(
     assert _sample(text, "evalq_queue_wait_seconds_count", lane="live") == 2
     assert _sample(text, "evalq_dead_letters_total", reason="SCHEMA_INVALID") == 1
     assert _sample(text, "evalq_judge_requests_total", status="ok") == 1
+    assert _sample(text, "evalq_loop_lag_seconds_count") > 0  # sampled every 50 ms
+    assert "evalq_overload_timeouts_total" not in text  # no TIMEOUT at all, no child yet
 
 
 def test_worker_counts_every_judge_http_response_by_status_class(

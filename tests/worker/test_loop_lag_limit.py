@@ -6,8 +6,15 @@ import asyncio
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
+from producer import Lane
+from producer.snapshot import EVALUATE_TASK
+from tests.queue.queue_kit import example_snapshots, variants
+from worker import runtime
+from worker.handling import Delivery, Handler, Verdict
 from worker.in_flight_limit import InFlightLimit
+from worker.judges import SyntheticJudge
 from worker.loop_lag_limit import (
     GROWTH_SHARE,
     HIGH_S,
@@ -48,6 +55,18 @@ def test_a_backlog_shrinks_it_to_three_quarters_of_what_was_in_flight_down_to_it
     assert limit.current == 600
     _windows(limit, _BACKLOG_S, 20)
     assert limit.current == limit.floor == 128
+
+
+def test_it_says_lagging_after_a_window_above_high_s_until_a_window_below() -> None:
+    """lagging follows the last decided window's median, not a single sample."""
+    limit = LoopLagLimit(1024)
+    assert not limit.lagging
+    limit.observe(_BACKLOG_S, 1024)  # one sample decides nothing
+    assert not limit.lagging
+    _windows(limit, _BACKLOG_S, 1)
+    assert limit.lagging
+    _windows(limit, HIGH_S, 1)  # at HIGH_S exactly: not above it
+    assert not limit.lagging
 
 
 def test_a_burst_within_a_window_does_not_move_it() -> None:
@@ -143,5 +162,50 @@ def test_a_runtime_whose_loop_is_blocked_lowers_its_limit_and_a_warm_shutdown_op
         while rt.loop_lag_limit is not None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert rt.loop_lag_limit is None
+    finally:
+        rt.close()
+
+
+def _overload_timeouts() -> float:
+    return REGISTRY.get_sample_value("evalq_overload_timeouts_total", {"lane": "live"}) or 0.0
+
+
+def _lag_samples(above_s: float) -> tuple[float, float]:
+    """(all loop-lag samples, those above ``above_s``) on the process's registry."""
+    count = REGISTRY.get_sample_value("evalq_loop_lag_seconds_count") or 0.0
+    within = REGISTRY.get_sample_value("evalq_loop_lag_seconds_bucket", {"le": str(above_s)})
+    return count, count - (within or 0.0)
+
+
+def _timed_out_live(rt: Runtime, prefix: str) -> Verdict:
+    """Handle one live snapshot whose judge answers after the budget (a TIMEOUT record)."""
+    snapshot = variants(example_snapshots()["order-42"], 1, prefix)[0]
+    delivery = Delivery(EVALUATE_TASK, (snapshot.wire(),), {}, Lane.LIVE, b"{}")
+    with runtime.use(rt):
+        (verdict,) = rt.call(Handler(rt).handle([delivery]), timeout_s=30.0)
+    return verdict
+
+
+def test_a_timeout_while_the_loop_lags_is_counted_as_the_workers_own(store: Store) -> None:
+    """TIMEOUTs are counted as overload only while the loop lags; every lag sample is exported."""
+    settings = load_settings(concurrency=64, processes=1, budget_s=0.3)
+    rt = Runtime(settings, store=store, judge=SyntheticJudge(delay_s=1.0))
+    try:
+        before = _overload_timeouts()
+        assert _timed_out_live(rt, "room") is Verdict.ACK  # the judge's TIMEOUT, not the loop's
+        assert _overload_timeouts() == before
+        samples_before, lagging_before = _lag_samples(HIGH_S)
+        rt.loop.call_soon_threadsafe(rt.loop.create_task, _block(rt.loop, turns=24))
+        guard = rt.loop_lag_limit
+        assert guard is not None
+        deadline = time.monotonic() + 10
+        while not guard.lagging and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert guard.lagging
+        assert _timed_out_live(rt, "lagging") is Verdict.ACK
+        assert _overload_timeouts() == before + 1
+        samples, lagging = _lag_samples(HIGH_S)
+        assert samples > samples_before
+        assert lagging >= lagging_before + MIN_SAMPLES
     finally:
         rt.close()
