@@ -29,8 +29,10 @@ It starts at its ceiling: a worker that is not CPU-bound never sees it. Slots he
 messages, before their budgets start; the rate of a CPU-bound process does not change, only where
 its queue is. Unlike :class:`~worker.in_flight_limit.InFlightLimit` (the judge's round trip, for
 lanes beside live) it reads the loop, not the judge: a slow judge is not the worker's overload.
-This module is the arithmetic; :class:`~worker.runtime.Runtime` samples the lag and
-:class:`~worker.slots.Slots` applies the limit.
+This module is the arithmetic; :class:`~worker.runtime.Runtime` samples the lag (and exports each
+sample) and :class:`~worker.slots.Slots` applies the limit. :attr:`LoopLagLimit.lagging` marks an
+evaluation that ends while the loop lags, so its TIMEOUTs are counted as the worker's own
+(``evalq_overload_timeouts_total``).
 """
 
 from __future__ import annotations
