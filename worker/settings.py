@@ -40,6 +40,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from producer.snapshot import MAX_ATTEMPTS
 from producer.topology import LANE_QUEUES, Lane
 from worker.config_file import RETRY_PREFIX, file_location, read_config_file
+from worker.cores import available_cores
 from worker.evaluation import Limits, Reason, Thresholds, check_id
 from worker.judges import check_base_url
 from worker.metric_sets import metric_names
@@ -114,8 +115,8 @@ REMOVED = {
 
 
 def _default_processes() -> int:
-    """One consumer process per core this process may run on."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    """One consumer process per core this process may use (affinity and cgroup CPU quota)."""
+    return available_cores()
 
 
 def _comma_list(value: Any) -> Any:
