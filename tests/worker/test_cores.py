@@ -91,18 +91,21 @@ def test_the_quota_caps_the_affinity_never_raises_it(tmp_path: Path) -> None:
 
 @contextlib.contextmanager
 def _real_cgroup(quota_us: int) -> Iterator[Path]:
-    """A child of this machine's cgroup v1 cpu controller with a quota (removed afterwards)."""
-    mount = Path("/sys/fs/cgroup/cpu")
+    """A child cgroup with a CPU quota (the v1 cpu controller, else v2), removed afterwards."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    mount = v1 if v1.is_dir() else Path("/sys/fs/cgroup")
     directory = mount / f"evalq-test-{os.getpid()}"
     try:
         directory.mkdir()
-        (directory / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+        if mount == v1:
+            (directory / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+        else:  # v2: the cpu controller must be enabled for the children of the root
+            (mount / "cgroup.subtree_control").write_text("+cpu\n")
+            (directory / "cpu.max").write_text(f"{quota_us} 100000\n")
     except OSError as exc:
         with contextlib.suppress(OSError):
             directory.rmdir()
-        service_missing(
-            "a writable cgroup v1 cpu controller", f"{mount}: {exc.strerror} (Linux, as root)"
-        )
+        service_missing("a writable cgroup cpu controller", f"{mount}: {exc.strerror} (as root)")
     try:
         yield directory
     finally:
@@ -115,12 +118,12 @@ def test_a_worker_in_a_one_core_cgroup_defaults_to_one_process() -> None:
         pytest.fail("this check needs a machine with two or more cores")
     probe = "from worker.settings import load_settings; print(load_settings().processes)"
     with _real_cgroup(quota_us=100_000) as cgroup:
-        procs = cgroup / "cgroup.procs"
+        # the shell joins the cgroup, then becomes the probe: its first instruction runs there
+        join = f'echo $$ > "{cgroup / "cgroup.procs"}" && exec "$0" -c "$1"'
         done = subprocess.run(
-            [sys.executable, "-c", probe],
+            ["/bin/sh", "-c", join, sys.executable, probe],
             cwd=REPO,
             env={k: v for k, v in os.environ.items() if not k.startswith("EVALQ_")},
-            preexec_fn=lambda: procs.write_text(f"{os.getpid()}\n"),
             capture_output=True,
             text=True,
             timeout=60,
