@@ -25,19 +25,18 @@ from pathlib import Path
 __all__ = ["available_cores", "quota_cores"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
 _V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 
 
-def available_cores(root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")) -> int:
+def available_cores(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int:
     """Cores this process may run on (affinity), capped by its cgroup CPU quota; at least 1."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     quota = quota_cores(root, proc_cgroup)
     return max(1, min(affinity, quota) if quota is not None else affinity)
 
 
-def quota_cores(
-    root: Path = CGROUP_ROOT, proc_cgroup: Path = Path("/proc/self/cgroup")
-) -> int | None:
+def quota_cores(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> int | None:
     """The lowest CPU quota on the process's cgroup path, in whole cores (None: no quota)."""
     try:
         lines = proc_cgroup.read_text(encoding="utf-8").splitlines()

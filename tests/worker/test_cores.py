@@ -30,7 +30,7 @@ def _v1(root: Path, proc: Path, path: str, quotas: dict[str, int]) -> None:
 
 def _v2(root: Path, proc: Path, path: str, limits: dict[str, str]) -> None:
     """A cgroup v2 hierarchy at ``root`` (``limits``: cgroup path -> cpu.max text)."""
-    (root / "cgroup.controllers").parent.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     (root / "cgroup.controllers").write_text("cpu memory\n")
     for where, text in limits.items():
         directory = root / where.strip("/")
