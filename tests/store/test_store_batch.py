@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import backend_url
 from tests.store._store_helpers import evaluation_record, outcome_record, snapshot_record, wire
 from worker.canonical_json import canonical_json
 from worker.store import (
@@ -20,6 +21,8 @@ from worker.store import (
     Written,
     open_store,
 )
+from worker.store._backends import _copy_of
+from worker.store._writes import _INSERT_EVALUATION, _INSERT_RESULT
 
 Item = tuple[EvaluationRecord, SnapshotRecord | None]
 
@@ -89,11 +92,15 @@ def test_batch_applies_every_rule_of_the_single_path(store: Store) -> None:
     assert [w.created for w in store.record_evaluations(items)] == [False] * 5  # redelivery
 
 
-def test_batch_and_single_writes_store_the_same(tmp_path: Path) -> None:
-    """The same inputs through record_evaluations and record_evaluation: identical contents."""
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
+def test_batch_and_single_writes_store_the_same(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The same inputs through record_evaluations and record_evaluation: identical contents
+    (on PostgreSQL the batch's plain inserts go through COPY, the single path's do not)."""
     views = []
     for name, batch in (("single", False), ("batch", True)):
-        with open_store(f"sqlite:///{tmp_path / name}.db") as store:
+        with backend_url(kind, request, tmp_path, name) as url, open_store(url) as store:
             items = _scenario(store)
             if batch:
                 written = store.record_evaluations(items)
@@ -149,3 +156,14 @@ def test_snapshot_text_from_wire_equals_the_validated_record() -> None:
     assert fast.canonical_text == canonical_json(content)
     with pytest.raises(ValueError, match="object"):
         SnapshotText.from_wire([1])  # type: ignore[arg-type]
+
+
+def test_plain_inserts_become_copy_and_insert_if_absent_stays() -> None:
+    """PostgreSQL batch rows: a plain INSERT template is a COPY of its columns; ON CONFLICT or a
+    value that is not a placeholder keeps the INSERT."""
+    plain = "INSERT INTO t (a, b)\nVALUES (:a,\n :b)"
+    assert _copy_of(plain) == ("COPY t (a, b) FROM STDIN", ("a", "b"))
+    assert _copy_of(plain + " ON CONFLICT DO NOTHING") is None
+    assert _copy_of("INSERT INTO t (a, b) VALUES (:a, 1)") is None
+    assert _copy_of(_INSERT_RESULT) is not None
+    assert _copy_of(_INSERT_EVALUATION) is None

@@ -338,6 +338,26 @@ def _pg_sql(sql: str) -> str:
     return _NAMED.sub(r"%(\1)s", sql)
 
 
+_PLACEHOLDERS = re.compile(r"\(\s*:\w+(?:\s*,\s*:\w+)*\s*\)")
+
+
+@lru_cache(maxsize=64)
+def _copy_of(sql: str) -> tuple[str, tuple[str, ...]] | None:
+    """``COPY table (columns) FROM STDIN`` and the row's names for a plain one-row ``INSERT``.
+
+    A plain ``INSERT`` of rows fires the same triggers and checks the same constraints as
+    ``COPY``, which the server runs as one statement instead of one per row: the batch write's
+    metric results and pending outcomes cost 28% less CPU per evaluation (client and server,
+    ``bench/store_writes.py``: 364-368 against 496-513 µs). Insert-if-absent statements
+    (``ON CONFLICT``) and values that are not plain placeholders return None.
+    """
+    head, _, values = sql.partition("VALUES")
+    if "ON CONFLICT" in values or not _PLACEHOLDERS.fullmatch(values.strip()):
+        return None
+    target = head.strip().removeprefix("INSERT INTO").strip()
+    return f"COPY {target} FROM STDIN", tuple(_NAMED.findall(values))
+
+
 class _PostgresTx:
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self._conn = conn
@@ -358,8 +378,16 @@ class _PostgresTx:
             cur.executemany(_pg_sql(sql), params)
 
     def insert_rows(self, sql: str, rows: Sequence[Params]) -> None:
-        if rows:  # psycopg's executemany already pipelines the rows in one round trip
+        if not rows:
+            return
+        copy = _copy_of(sql)
+        if copy is None:  # insert-if-absent: executemany pipelines the rows in one round trip
             self.run_many(sql, rows)
+            return
+        statement, names = copy
+        with self._conn.cursor() as cur, cur.copy(statement) as stream:
+            for row in rows:
+                stream.write_row([row[name] for name in names])
 
     def lock(self, key: str) -> None:
         self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))

@@ -5,7 +5,8 @@ SQLite write transaction, and every statement (every row of an ``executemany`` t
 re-takes the GIL, which a busy worker hands back only every few milliseconds: the write lock stayed
 held for hundreds of milliseconds and a live worker's single record waited seconds behind it.
 Here a batch costs about eleven statements whatever its size: each table gets ONE insert
-(``Tx.insert_rows``: one multi-row statement on SQLite; the audit trail's question texts included),
+(``Tx.insert_rows``: one multi-row statement on SQLite; on PostgreSQL one ``COPY`` for a plain
+insert and one pipeline for an insert-if-absent; the audit trail's question texts included),
 facts, previous evaluations, existing ids and earlier outcomes are read with one query each, and
 every row is built before the transaction opens (:func:`prepare_evaluations`), so the lock is held
 for the writes alone.
@@ -75,7 +76,7 @@ def _in_rows(tx: Tx, sql: str, values: Sequence[str]) -> list[tuple[Any, ...]]:
 
 
 def _insert_rows(tx: Tx, sql: str, rows: Sequence[dict[str, Any]]) -> None:
-    """Every row of a table at once (one statement on SQLite, one pipeline on PostgreSQL)."""
+    """Every row of a table at once (one statement on SQLite, a COPY or pipeline on PostgreSQL)."""
     tx.insert_rows(sql, rows)
 
 
