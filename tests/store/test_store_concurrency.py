@@ -12,8 +12,13 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
+import pytest
+
+from tests.conftest import backend_url
 from tests.store._store_helpers import evaluation_record, outcome_record, snapshot_record
 from worker.store import OutcomeWritten, Store, Written, open_store
+from worker.store._backends import PostgresBackend
 
 T = TypeVar("T")
 THREADS = 8
@@ -112,3 +117,25 @@ def test_two_processes_writing_the_same_evaluations_sqlite(tmp_path: Path) -> No
     assert per_version == [1] * 20, "each evaluation created by exactly one process"
     with open_store(url) as store:
         assert (store.count_snapshots(), store.count_evaluations()) == (1, 20)
+
+
+@pytest.mark.services
+def test_postgres_lock_holds_every_key_until_commit(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """One pipelined lock call takes every trace key it is given and holds each to the end."""
+    keys = [f"evalq.trace\x1ft-{i}" for i in range(5)]
+    probe = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))"
+    with backend_url("postgresql", request, tmp_path, "locks") as url:
+        backend = PostgresBackend(url, pool_max_size=1, connect_timeout_s=5, lock_timeout_s=5)
+        try:
+            with backend.transaction(write=True) as tx, psycopg.connect(url) as other:
+                tx.lock(*keys)
+                held = [other.execute(probe, (key,)).fetchone() for key in keys]
+                other.rollback()
+            with psycopg.connect(url) as other:
+                free = [other.execute(probe, (key,)).fetchone() for key in keys]
+        finally:
+            backend.close()
+    assert held == [(False,)] * len(keys)
+    assert free == [(True,)] * len(keys)

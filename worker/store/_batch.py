@@ -141,8 +141,7 @@ def prepare_evaluations(items: Sequence[EvaluationItem]) -> PreparedBatch:
 
 def _put_snapshots(tx: Tx, batch: PreparedBatch, now: datetime) -> None:
     """Lock the traces of the given snapshots (one global order) and insert those absent."""
-    for key in sorted({_trace_key(f.trace_id) for f in batch.facts.values()}):
-        tx.lock(key)
+    tx.lock(*sorted({_trace_key(f.trace_id) for f in batch.facts.values()}))
     _insert_rows(tx, _INSERT_SNAPSHOT, [_snapshot_params(s, now) for s in batch.snapshots.values()])
     contents = [{"snapshot_id": i, "content": s.canonical_text} for i, s in batch.snapshots.items()]
     _insert_rows(tx, _INSERT_CONTENT, contents)
@@ -155,8 +154,7 @@ def _stored_facts(tx: Tx, snapshot_ids: list[str]) -> dict[str, _Facts]:
     found = {str(row[0]): _Facts(*row[1:]) for row in _in_rows(tx, sql, snapshot_ids)}
     if len(found) < len(snapshot_ids):
         raise PermanentStoreError(StoreCode.UNKNOWN_SNAPSHOT, "record the snapshot first")
-    for key in sorted({_trace_key(f.trace_id) for f in found.values()}):
-        tx.lock(key)
+    tx.lock(*sorted({_trace_key(f.trace_id) for f in found.values()}))
     return found
 
 
