@@ -263,11 +263,12 @@ def test_sqlite_write_failing_half_way_is_rolled_back_and_retried(workdir: Path)
 
 
 def _waiting_writers(url: str) -> int:
-    """Backends of ``url``'s database blocked on a lock inside an INSERT (a commit under way)."""
+    """Backends of ``url``'s database blocked on a lock inside an INSERT or a COPY (a group
+    commit writes its metric results with COPY): a commit under way."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND query ILIKE 'INSERT%'"
+            " AND wait_event_type = 'Lock' AND (query ILIKE 'INSERT%' OR query ILIKE 'COPY%')"
         ).fetchone()
     return int(row[0]) if row else 0
 
