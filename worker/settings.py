@@ -114,11 +114,6 @@ REMOVED = {
 """Variables earlier versions read, and what replaced them: set, they fail the start."""
 
 
-def _default_processes() -> int:
-    """One consumer process per core this process may use (affinity and cgroup CPU quota)."""
-    return available_cores()
-
-
 def _comma_list(value: Any) -> Any:
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
@@ -309,7 +304,8 @@ class Settings(BaseSettings):
     outcome_criteria: Annotated[tuple[str, ...], NoDecode] = ()
     lanes: Annotated[tuple[Lane, ...], NoDecode] = (Lane.LIVE, Lane.BACKFILL, Lane.OUTCOMES)
     concurrency: int = Field(default=256, ge=1, le=65_536)
-    processes: int = Field(default_factory=_default_processes, ge=1, le=256)
+    # one consumer process per core this process may use (affinity capped by the cgroup quota)
+    processes: int = Field(default_factory=available_cores, ge=1, le=256)
     batch_size: int = Field(default=4, ge=1, le=1000)
     nice: int = Field(default=0, ge=0, le=19)
     visibility_timeout_s: float | None = Field(default=None, gt=0)

@@ -118,19 +118,24 @@ def _sqlite_params(params: Params | None) -> dict[str, object]:
 
 
 _SQLITE_MAX_PARAMS = 30_000  # SQLite allows 32766 per statement (since 3.32)
-_NAMED_PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")  # a ``:name`` placeholder (both dialects)
+
+
+def _insert_parts(sql: str) -> tuple[str, str, str]:
+    """(head, the ``VALUES`` tuple, tail) of a one-row ``INSERT ... VALUES (...)`` template."""
+    head, _, rest = sql.partition("VALUES")
+    end = rest.index(")") + 1  # value tuples of the store's templates hold no parentheses
+    return head, rest[:end], rest[end:]
 
 
 @lru_cache(maxsize=64)
 def _positional(sql: str, count: int) -> tuple[str, tuple[str, ...]]:
     """A one-row ``INSERT ... VALUES (:a, :b)`` for ``count`` rows of ``?``, and the names."""
-    head, _, rest = sql.partition("VALUES")
-    end = rest.index(")") + 1  # value tuples of the store's templates hold no parentheses
-    values, tail = rest[:end], rest[end:]
-    if _NAMED_PARAM.search(head + tail):
+    head, values, tail = _insert_parts(sql)
+    if _NAMED.search(head + tail):
         raise ValueError("insert_rows needs every parameter inside the VALUES tuple")
-    one = _NAMED_PARAM.sub("?", values)
-    return f"{head}VALUES {', '.join([one] * count)}{tail}", tuple(_NAMED_PARAM.findall(values))
+    one = _NAMED.sub("?", values)
+    return f"{head}VALUES {', '.join([one] * count)}{tail}", tuple(_NAMED.findall(values))
 
 
 class _SqliteTx:
@@ -328,7 +333,6 @@ def _replaced_error() -> TransientStoreError:
 
 # --- PostgreSQL ------------------------------------------------------------------------------
 
-_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _POOL_WAIT_S = 10.0
 
 
@@ -349,11 +353,12 @@ def _copy_of(sql: str) -> tuple[str, tuple[str, ...]] | None:
     A plain ``INSERT`` of rows fires the same triggers and checks the same constraints as
     ``COPY``, which the server runs as one statement instead of one per row: with the metric
     results and pending outcomes copied, a batch write costs 28% less CPU per evaluation
-    (client and server, ``bench/store_writes.py``: 364-368 against 496-513 µs). Insert-if-absent
-    statements (``ON CONFLICT``) and values that are not plain placeholders return None.
+    (client and server, ``bench/store_writes.py``: 364-368 against 496-513 µs). Templates with
+    anything after the tuple (insert-if-absent: ``ON CONFLICT``) or with values that are not
+    plain placeholders return None.
     """
-    head, _, values = sql.partition("VALUES")
-    if "ON CONFLICT" in values or not _PLACEHOLDERS.fullmatch(values.strip()):
+    head, values, tail = _insert_parts(sql)
+    if tail.strip() or not _PLACEHOLDERS.fullmatch(values.strip()):
         return None
     target = head.strip().removeprefix("INSERT INTO").strip()
     return f"COPY {target} FROM STDIN", tuple(_NAMED.findall(values))
