@@ -7,7 +7,7 @@ the real backfill pump (``producer.run_backfill``: reader, importer, unit cut, b
   Redis, queue emptied in between: baseline = Celery ``send_task`` (``apply_async`` by name) one
   snapshot per call, plain Celery JSON app; measured = ``Producer.send_many(...)`` with
   ``bench.tuning.BACKFILL.batch_size`` snapshots per message (the producers' default
-  ``EVALQ_BATCH_SIZE``, 4); pydantic-encoded JSON spliced into the body; publishes pipelined
+  ``EVALQ_BATCH_SIZE``, 8); pydantic-encoded JSON spliced into the body; publishes pipelined
   with kombu's ``Producer.batch``). Target ≥ 15x.
 - **Memory.** ``run_backfill`` over each file in a fresh subprocess sending with ``send_many``
   (checkpoints in a SQLite store, as the CLI does), while this process empties the queue (the

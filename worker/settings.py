@@ -306,7 +306,10 @@ class Settings(BaseSettings):
     concurrency: int = Field(default=256, ge=1, le=65_536)
     # one consumer process per core this process may use (affinity capped by the cgroup quota)
     processes: int = Field(default_factory=available_cores, ge=1, le=256)
-    batch_size: int = Field(default=4, ge=1, le=1000)
+    # Snapshots per backfill message. 8, not 4: the bulk publish's per-message cost (Celery's task
+    # message, kombu's envelope, the Redis write) is shared by twice the snapshots (~1.6x the
+    # rate), and the worker's backfill figures held (docs/concurrency.md, "Twenty-second round").
+    batch_size: int = Field(default=8, ge=1, le=1000)
     nice: int = Field(default=0, ge=0, le=19)
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)
