@@ -334,9 +334,9 @@ class Producer:
         """:meth:`enqueue_many` without computing the ids (the workers do): the bulk path.
 
         Returns how many snapshots were sent. Measured (``bench/p3_producer.py``): 27-52x the
-        snapshots per second of ``apply_async`` one by one with batches of 64, 20-26x with 8 (the
-        default ``EVALQ_BATCH_SIZE``), 12-16x with 4. Sends
-        no task-sent events (Flower sees these tasks from the worker's task-received on).
+        snapshots per second of ``apply_async`` one by one with batches of 64, 18-26x with 8 (the
+        default ``EVALQ_BATCH_SIZE``), 12-16x with 4. Sends no task-sent events (Flower sees
+        these tasks from the worker's task-received on).
         """
         return self._publish(snapshots, lane, batch_size, None)
 
