@@ -21,7 +21,7 @@ of its trace (and unit).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -139,9 +139,14 @@ def prepare_evaluations(items: Sequence[EvaluationItem]) -> PreparedBatch:
     return PreparedBatch(items, snapshots, facts, rows)
 
 
+def _lock_traces(tx: Tx, facts: Iterable[_Facts]) -> None:
+    """Lock the traces of ``facts`` in one global (sorted) order: batches never deadlock."""
+    tx.lock(*sorted({_trace_key(f.trace_id) for f in facts}))
+
+
 def _put_snapshots(tx: Tx, batch: PreparedBatch, now: datetime) -> None:
-    """Lock the traces of the given snapshots (one global order) and insert those absent."""
-    tx.lock(*sorted({_trace_key(f.trace_id) for f in batch.facts.values()}))
+    """Lock the traces of the given snapshots and insert those absent."""
+    _lock_traces(tx, batch.facts.values())
     _insert_rows(tx, _INSERT_SNAPSHOT, [_snapshot_params(s, now) for s in batch.snapshots.values()])
     contents = [{"snapshot_id": i, "content": s.canonical_text} for i, s in batch.snapshots.items()]
     _insert_rows(tx, _INSERT_CONTENT, contents)
@@ -154,7 +159,7 @@ def _stored_facts(tx: Tx, snapshot_ids: list[str]) -> dict[str, _Facts]:
     found = {str(row[0]): _Facts(*row[1:]) for row in _in_rows(tx, sql, snapshot_ids)}
     if len(found) < len(snapshot_ids):
         raise PermanentStoreError(StoreCode.UNKNOWN_SNAPSHOT, "record the snapshot first")
-    tx.lock(*sorted({_trace_key(f.trace_id) for f in found.values()}))
+    _lock_traces(tx, found.values())
     return found
 
 
