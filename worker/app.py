@@ -78,7 +78,7 @@ def celery_config(settings: Settings, broker_url: str) -> dict[str, Any]:
         # latency-bound throughput); a fetch takes at most the free prefetch slots.
         "worker_prefetch_multiplier": PREFETCH_MULTIPLIER,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
-        "worker_soft_shutdown_timeout": settings.longest_task_s + 1.0,
+        "worker_soft_shutdown_timeout": settings.shutdown_drain_s + 1.0,
         "worker_enable_soft_shutdown_on_idle": True,
         "worker_disable_rate_limits": True,
         "worker_concurrency": settings.process_concurrency,

@@ -2,7 +2,9 @@
 
 :class:`Handler` takes :class:`Delivery` values (what the consumer read off a broker message) and
 answers each with a :class:`Verdict` once the message may leave the broker: ``ACK`` when its
-records (or its dead letters) are committed, ``REQUEUE`` when the store could not take them. It
+records (or its dead letters) are committed, ``REQUEUE`` when the store could not take them or
+a warm shutdown came before one of its evaluations started (those that did start are written
+first; the redelivery skips them). It
 runs on the runtime's event loop; blocking store calls go to the runtime's store threads.
 
 Several deliveries handed over together (a micro-batch: what one broker fetch returned) share
@@ -76,6 +78,7 @@ from worker.judges import Usage
 from worker.metric_sets import MetricSet, UnknownMetricSetError, set_for_unit
 from worker.otel_events import EventSink, result_events
 from worker.runtime import FinishedEvaluation, Runtime
+from worker.slots import SlotsClosedError
 from worker.store import (
     AskedQuestion,
     EvaluationRecord,
@@ -114,7 +117,7 @@ class Verdict(enum.Enum):
     """What the consumer does with a handled message."""
 
     ACK = "ack"  # its records or dead letters are committed
-    REQUEUE = "requeue"  # the store could not take them: back to the broker, never acked
+    REQUEUE = "requeue"  # not all recorded (store trouble, shutdown): back to the broker
 
 
 class RefusedError(Exception):
@@ -606,6 +609,8 @@ class Handler:
             urgent = job.lane is Lane.LIVE
             finished = await self.rt.evaluate(job.trace, job.metric_set.name, urgent=urgent)
             record = _evaluation_record(self.rt, job, finished)
+        except SlotsClosedError:
+            raise  # never started (warm shutdown): its message goes back to the broker
         except Exception as exc:  # noqa: BLE001 - a bug: kept as a dead letter, never looped
             _log.error(
                 "evaluation failed: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__
@@ -669,7 +674,8 @@ class Handler:
         _log.info("sampling tally %s: %d row(s)", state, len(tally.rows))
 
     def _settle_when_written(self, message: _Message) -> None:
-        """The verdict once every write of the message is done: ACK, or REQUEUE on store trouble."""
+        """The verdict once every write of the message is done: ACK, or REQUEUE (store trouble,
+        an evaluation not started before a warm shutdown)."""
         if message.verdict.done():
             return
         if not message.writes:
@@ -698,9 +704,15 @@ def _tally_record(tally: SamplingTally) -> TallyRecord:
 
 
 def _verdict_of(done: asyncio.Future[list[Any]]) -> Verdict:
-    """ACK if every write went through; REQUEUE if the store failed (logged, never acked)."""
+    """ACK if every write went through; REQUEUE if the store failed (logged, never acked) or an
+    evaluation never started before a warm shutdown (its records are not all there yet)."""
     failures = [r for r in done.result() if isinstance(r, BaseException)]
+    not_started = sum(isinstance(f, SlotsClosedError) for f in failures)
+    if not_started:
+        _log.info("message returned to the broker: %d evaluation(s) not started", not_started)
     for failure in failures:
+        if isinstance(failure, SlotsClosedError):
+            continue
         code = getattr(failure, "code", type(failure).__name__)
         if not isinstance(failure, TransientStoreError | StoreError):
             _log.error("write failed: %s (%s)", DeadLetterCode.INTERNAL_ERROR, code)

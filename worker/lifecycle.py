@@ -14,10 +14,11 @@
   (bounded) after the runtimes closed;
 - in a child of a multi-process worker, watches its parent: if the supervisor dies, the child
   shuts down warm (its held messages are finished or stay unacked for redelivery);
-- on warm shutdown (``close``, before anything else stops), waits up to the longest message's
-  duration for the messages in flight to be recorded and acked (not after a halt: their writes
-  would fail; they stay unacked and the broker restores them); on ``shutdown`` closes the
-  runtime;
+- on warm shutdown (``close``, before anything else stops), starts no more evaluations: those
+  running finish and are recorded, and every message with an evaluation that had not started
+  goes back to the broker; it waits up to ``Settings.shutdown_drain_s`` (one evaluation and
+  its write) for every message to be acked or returned (not after a halt: their writes would
+  fail; they stay unacked and the broker restores them); on ``shutdown`` closes the runtime;
 - turns a halt (:mod:`worker.halt`: a store fault past its bound, a replaced SQLite file, a
   loop thread gone; one per process, shared by its runtimes) into Celery's warm shutdown with
   the halt's exit status;
@@ -132,12 +133,13 @@ class Lifecycle(bootsteps.StartStopStep):
         intake.flush_pending()
         if not intake.in_flight:
             return
-        if self.runtime is not None:
-            self.runtime.stop_adapting()  # drain within longest_task_s
+        for rt in (self.runtime, self.live_runtime):
+            if rt is not None:
+                rt.stop_starting()  # what has not started goes back to the broker
         if self.halt is not None and self.halt.reason is not None:  # their writes would fail
             _log.warning("halted: %d message(s) left unacked for redelivery", intake.in_flight)
             return
-        timeout_s = c.app.settings.longest_task_s
+        timeout_s = c.app.settings.shutdown_drain_s
         _log.info("waiting up to %.0f s for %d message(s) in flight", timeout_s, intake.in_flight)
         try:
             finished = intake.wait_settled(timeout_s)

@@ -25,6 +25,9 @@ Why this shape (docs/concurrency.md has the measurements):
   not (a judge that ignores cancellation, a blocked loop), the runtime cancels it at
   ``budget + BACKSTOP_MARGIN_S`` and records what the engine had by then: completed results, the
   requests sent and their usage (unknown where no response came), TIMEOUT for the rest.
+- **A warm shutdown starts nothing new** (:meth:`Runtime.stop_starting`): the evaluations
+  running finish, and a message with an evaluation still waiting for a slot goes back to the
+  broker (skip-if-done makes its redelivery evaluate only what was not recorded).
 - **A testing switch.** :func:`use` installs a runtime built by a test (an injected store and
   judge) as this process's runtime, so message handling is tested in-process, without a worker.
 """
@@ -320,13 +323,27 @@ class Runtime:
         self._slots.limit = InFlightLimit(self._slots.count)
 
     def stop_adapting(self) -> None:
-        """Open every slot again (warm shutdown: held messages drain at full concurrency, within
-        ``Settings.longest_task_s``). Safe from any thread."""
+        """Open every slot, whatever the judge's round trip or the loop's lag (the testing
+        switch that pins the slots' capacity). Safe from any thread."""
         self.loop.call_soon_threadsafe(self._open_all_slots)
 
     def _open_all_slots(self) -> None:
         self._slots.limit = self._slots.guard = None
         self._slots.wake()
+
+    def stop_starting(self) -> None:
+        """Start no more evaluations (warm shutdown). Safe from any thread.
+
+        Those running finish within their budget; those waiting for a slot, and any asked for
+        later, end with :class:`~worker.slots.SlotsClosedError` before they start, so their
+        messages go back to the broker instead of holding the shutdown for their turn
+        (``Settings.shutdown_drain_s``).
+        """
+        self.loop.call_soon_threadsafe(self._close_slots)
+
+    def _close_slots(self) -> None:
+        self._slots.limit = self._slots.guard = None  # the lag watch ends with its guard
+        self._slots.close()
 
     async def _start_watching(self) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(self._watch_loop_lag())
@@ -372,6 +389,7 @@ class Runtime:
         """Evaluate ``trace`` with metric set ``name`` once a slot is free (on the loop).
 
         ``urgent`` (a live snapshot) takes the next free slot before waiting backfill ones.
+        After :meth:`stop_starting`: :class:`~worker.slots.SlotsClosedError`, nothing started.
         """
         _, evaluator = self.metric_set(name)
         async with self._slots.held(urgent=urgent):

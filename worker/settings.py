@@ -483,6 +483,18 @@ class Settings(BaseSettings):
         return self.budget_s * self.batch_size * PREFETCH_MULTIPLIER + BACKSTOP_MARGIN_S
 
     @property
+    def shutdown_drain_s(self) -> float:
+        """Longest a warm shutdown waits for the messages it holds.
+
+        At a warm shutdown no evaluation starts any more (:meth:`Runtime.stop_starting
+        <worker.runtime.Runtime.stop_starting>`): those running finish within one evaluation,
+        their records are written (a second margin), and every message with an evaluation that
+        never started goes back to the broker. Whatever the batch size: 2 x budget_s + 4 s
+        instead of :attr:`longest_task_s` (16 budgets at the default batch of 8).
+        """
+        return self.evaluation_s + BACKSTOP_MARGIN_S
+
+    @property
     def evaluation_s(self) -> float:
         """Longest one evaluation takes once it has a slot: its budget plus the backstop margin."""
         return self.budget_s + BACKSTOP_MARGIN_S

@@ -12,6 +12,10 @@ limit as well (the non-live lanes of a worker that serves live too: see that mod
 freed above the limit is not handed on, and :meth:`wake` hands out slots the limit has grown by.
 A :class:`~worker.loop_lag_limit.LoopLagLimit` (``guard``, every runtime's) bounds them the same
 way, by the event loop's lag; the lower of the two applies.
+
+At a warm shutdown :meth:`Slots.close` hands out no more slots: every evaluation still waiting
+for one, and any that asks later, ends with :class:`SlotsClosedError` before it starts, so its
+message can go back to the broker at once instead of holding the shutdown for its turn.
 """
 
 from __future__ import annotations
@@ -24,7 +28,11 @@ from collections.abc import AsyncIterator
 from worker.in_flight_limit import InFlightLimit
 from worker.loop_lag_limit import LoopLagLimit
 
-__all__ = ["Slots"]
+__all__ = ["Slots", "SlotsClosedError"]
+
+
+class SlotsClosedError(Exception):
+    """No slot will be given: the worker is shutting down and this evaluation never started."""
 
 
 class Slots:
@@ -42,6 +50,7 @@ class Slots:
         self.limit = limit
         self.guard = guard
         self.in_use = 0
+        self.closed = False
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._other: collections.deque[asyncio.Future[None]] = collections.deque()
 
@@ -67,7 +76,18 @@ class Slots:
                 open_now = min(open_now, limit.current)
         return open_now
 
+    def close(self) -> None:
+        """Give no more slots: waiters, and later requests, get :class:`SlotsClosedError`."""
+        self.closed = True
+        for queue in (self._urgent, self._other):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_exception(SlotsClosedError())
+
     async def _acquire(self, urgent: bool) -> None:
+        if self.closed:
+            raise SlotsClosedError
         if self.in_use < self._open() and not self.waiting:
             self.in_use += 1
             return
@@ -76,7 +96,7 @@ class Slots:
         try:
             await granted
         except asyncio.CancelledError:
-            if granted.done() and not granted.cancelled():
+            if granted.done() and not granted.cancelled() and granted.exception() is None:
                 self._release()  # granted just as it was cancelled: give the slot back
             else:
                 granted.cancel()  # skipped by _grant_next

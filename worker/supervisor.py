@@ -26,7 +26,7 @@ The supervisor:
   :data:`RESTART_WINDOW_S` stop the worker (exit 1) instead of looping;
 - stops everything when a child exits with status 2 (invalid configuration): exit 2;
 - forwards SIGTERM/SIGINT/SIGQUIT to every child (warm shutdown: held messages finish) and exits
-  when they have, killing any still running after ``longest_task_s`` plus a grace period;
+  when they have, killing any still running after ``shutdown_drain_s`` plus a grace period;
 - is watched by its children: a SIGKILLed supervisor's children shut down warm on their own;
 - serves ``/metrics`` for all children when ``EVALQ_METRICS_PORT`` is set (prometheus_client's
   multiprocess mode in a private directory).
@@ -256,7 +256,7 @@ class Supervisor:
         for child in self.children.values():
             with contextlib.suppress(ProcessLookupError):
                 child.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.longest_task_s + _GRACE_S
+        deadline = time.monotonic() + self.settings.shutdown_drain_s + _GRACE_S
         for child in self.children.values():
             try:
                 child.process.wait(max(0.1, deadline - time.monotonic()))

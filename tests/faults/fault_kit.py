@@ -40,6 +40,7 @@ from producer import LANE_QUEUES
 from tests.queue.queue_kit import WorkerProcess, wait_until
 from worker.embedded import free_port
 from worker.evaluation import Thresholds
+from worker.judges.testing import JudgeServer
 from worker.metric_sets import METRIC_SETS
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "redone",
     "report_row",
     "store_rows",
+    "system_one_knobs",
     "tally",
     "wait_drained",
     "wait_recovered",
@@ -188,6 +190,22 @@ def evaluations_in(store_url: str) -> int:
 def evaluated_at_least(store_url: str, count: int) -> Callable[[], bool]:
     """A predicate for :func:`wait_until`: the store holds ``count`` evaluations or more."""
     return lambda: evaluations_in(store_url) >= count
+
+
+def system_one_knobs(
+    redis_url: str, store_url: str, judge: JudgeServer, **extra: str
+) -> dict[str, str]:
+    """A System One worker's settings on the fake judge (restore sweep every second)."""
+    return {
+        "broker_url": redis_url,
+        "store_url": store_url,
+        "judge": "systemone",
+        "judge_url": judge.base_url,
+        "judge_api_key": "fault-suite-key",
+        "thresholds": "0.2,0.8",
+        "restore_interval_s": "1",
+        **extra,
+    }
 
 
 # --- workers --------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from tests.faults.fault_kit import (
     recorded_requests,
     redone,
     report_row,
+    system_one_knobs,
     tally,
     wait_recovered,
 )
@@ -40,20 +41,6 @@ BACKFILL_N = 10_000 if SOAK else 1_500
 KILLS = 6 if SOAK else 3
 BATCH = 5
 RECOVERY_S = 600.0 if SOAK else 120.0
-
-
-def _knobs(redis_url: str, store_url: str, judge: JudgeServer, **extra: str) -> dict[str, str]:
-    """A System One worker on the fake judge; VT just above the longest task (fast recovery)."""
-    return {
-        "broker_url": redis_url,
-        "store_url": store_url,
-        "judge": "systemone",
-        "judge_url": judge.base_url,
-        "judge_api_key": "fault-suite-key",
-        "thresholds": "0.2,0.8",
-        "restore_interval_s": "1",
-        **extra,
-    }
 
 
 def _victim(workers: list[FaultWorker], wait_s: float = 5.0) -> FaultWorker:
@@ -95,7 +82,7 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
     """
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'kills.db'}"
-    knobs = _knobs(
+    knobs = system_one_knobs(
         redis_url,
         store_url,
         judge_server,
@@ -157,7 +144,7 @@ def test_sigkill_mid_judging_loses_work_only_without_acks_late(
     """
     judge_server.latency_ms = 1500
     store_url = f"sqlite:///{workdir / 'control.db'}"
-    knobs = _knobs(
+    knobs = system_one_knobs(
         redis_url, store_url, judge_server, budget_s="3", concurrency="16", batch_size="1"
     )
     knobs["visibility_timeout_s"] = "6"
@@ -203,7 +190,7 @@ def test_sigkill_of_one_consumer_process_of_a_multi_process_worker(
     snapshot has exactly one evaluation."""
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'one-child.db'}"
-    knobs = _knobs(
+    knobs = system_one_knobs(
         redis_url, store_url, judge_server, budget_s="1", processes="2", visibility_timeout_s="8"
     )
     worker = start_worker(**knobs)

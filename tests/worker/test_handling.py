@@ -393,6 +393,52 @@ def test_the_backstop_keeps_requests_sent_and_records_timeouts(store: Store) -> 
     assert set(reasons.values()) == {"TIMEOUT"}
 
 
+def _submitted(rt: Runtime, deliveries: list[Delivery]) -> list[asyncio.Future[Verdict]]:
+    """Start handling ``deliveries`` on ``rt``'s loop; the verdict futures, not awaited."""
+
+    async def submit() -> list[asyncio.Future[Verdict]]:
+        return Handler(rt).submit(deliveries)
+
+    return rt.call(submit(), timeout_s=10.0)
+
+
+async def _all(pending: list[asyncio.Future[Verdict]]) -> list[Verdict]:
+    return list(await asyncio.gather(*pending))
+
+
+def test_a_warm_shutdown_requeues_what_has_not_started_and_redelivery_skips_the_rest(
+    store: Store,
+) -> None:
+    """Two slots, a batch of five and a live message: stop_starting while two are judged; both
+    messages come back REQUEUE after the two started are recorded, and their redelivery asks
+    the judge only for the four others."""
+    batch = _evaluate([s.wire() for s in _snapshots(5, "drain-bf")], Lane.BACKFILL)
+    live = _evaluate(_snapshots(1, "drain-live")[0].wire())
+    first = CountingJudge(delay_s=0.5)
+    rt = Runtime(load_settings(concurrency=2, processes=1), store=store, judge=first)
+    try:
+        with runtime.use(rt):
+            pending = _submitted(rt, [batch, live])
+            deadline = time.monotonic() + 10
+            while first.in_flight < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            rt.stop_starting()
+            verdicts = rt.call(_all(pending), timeout_s=10.0)
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.REQUEUE, Verdict.REQUEUE]
+    assert store.count_evaluations() == 2  # the two that had started, recorded
+    again = CountingJudge(delay_s=0.0)
+    rt = Runtime(load_settings(concurrency=2, processes=1), store=store, judge=again)
+    try:
+        assert _handle(rt, [batch, live]) == [Verdict.ACK, Verdict.ACK]
+    finally:
+        rt.close()
+    assert store.count_evaluations() == 6
+    assert first.calls > 0
+    assert again.calls == 2 * first.calls  # four evaluations where the first run judged two
+
+
 class FlakyStore(CountingStore):
     """A real store whose first ``failures`` group writes raise a transient error."""
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from worker.slots import Slots
+from worker.slots import Slots, SlotsClosedError
 
 
 async def _take(
@@ -71,3 +71,28 @@ async def test_a_cancelled_waiter_passes_its_slot_on() -> None:
     assert order == ["holder", "later"]
     async with slots.held(urgent=False):  # the slot came back
         pass
+
+
+@pytest.mark.asyncio
+async def test_closed_slots_end_every_waiter_and_later_request_unstarted() -> None:
+    """After close: the waiters (live and backfill) and any later request get SlotsClosedError
+    without entering; the holder finishes and its slot is released."""
+    slots, hold = Slots(1), asyncio.Event()
+    order: list[str] = []
+    holder = asyncio.create_task(_take(slots, False, order, "holder", hold))
+    await asyncio.sleep(0)
+    waiters = [
+        asyncio.create_task(_take(slots, urgent, order, name, hold))
+        for name, urgent in (("bf", False), ("live", True))
+    ]
+    await asyncio.sleep(0)
+    slots.close()
+    for waiter in waiters:
+        with pytest.raises(SlotsClosedError):
+            await waiter
+    with pytest.raises(SlotsClosedError):
+        await _take(slots, True, order, "later", hold)
+    hold.set()
+    await holder
+    assert order == ["holder"]
+    assert (slots.in_use, slots.waiting) == (0, 0)
