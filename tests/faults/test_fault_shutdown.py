@@ -81,7 +81,7 @@ def test_sigterm_returns_what_has_not_started_and_nothing_is_lost_or_judged_twic
     assert unacked == 0  # returned to the queue at once, not left to the visibility timeout
     assert broker_backlog(redis_url) > 0
     assert "message returned to the broker" in first.log
-    second = start_worker(**knobs)
+    second = start_worker(**{**knobs, "concurrency": "64"})  # the rest in one or two rounds
     wait_recovered(redis_url, store_url, 120)
     counts = tally(store_url, [s.snapshot_id for s in snapshots], AGENT_METRICS)
     scenario = f"SIGTERM with {BATCH * MESSAGES} held, then a new worker"
