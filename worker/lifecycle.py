@@ -13,7 +13,8 @@
   (:mod:`worker.otel_export`), shared by its handlers; at shutdown it sends what is queued
   (bounded) after the runtimes closed;
 - in a child of a multi-process worker, watches its parent: if the supervisor dies, the child
-  shuts down warm (its held messages are finished or stay unacked for redelivery);
+  shuts down warm (its running evaluations finish, its other held messages go back to the
+  broker);
 - on warm shutdown (``close``, before anything else stops), starts no more evaluations: those
   running finish and are recorded, and every message with an evaluation that had not started
   goes back to the broker; it waits up to ``Settings.shutdown_drain_s`` (one evaluation and
@@ -185,7 +186,8 @@ def _live_runtime(settings: Settings, halt: Halt) -> runtime.Runtime | None:
 
 def _warm_shutdown(exit_status: int) -> None:
     """What Celery's SIGTERM handler does, with ``exit_status``: the consumer's loop reads it
-    every iteration and stops warm (held messages finish or stay unacked for redelivery)."""
+    every iteration and stops warm (``Lifecycle.close``: running evaluations finish, the other
+    held messages are requeued or, past the drain, stay unacked for redelivery)."""
     celery_state.should_stop = exit_status  # type: ignore[assignment]  # None in the stubs
 
 

@@ -489,7 +489,7 @@ class Settings(BaseSettings):
         At a warm shutdown no evaluation starts any more (:meth:`Runtime.stop_starting
         <worker.runtime.Runtime.stop_starting>`): those running finish within one evaluation,
         their records are written (a second margin), and every message with an evaluation that
-        never started goes back to the broker. Whatever the batch size: 2 x budget_s + 4 s
+        never started goes back to the broker. Whatever the batch size: budget_s + 4 s
         instead of :attr:`longest_task_s` (16 budgets at the default batch of 8).
         """
         return self.evaluation_s + BACKSTOP_MARGIN_S

@@ -25,8 +25,9 @@ The supervisor:
   to :data:`RESTART_BACKOFF_MAX_S`); more than :data:`MAX_RESTARTS` restarts within
   :data:`RESTART_WINDOW_S` stop the worker (exit 1) instead of looping;
 - stops everything when a child exits with status 2 (invalid configuration): exit 2;
-- forwards SIGTERM/SIGINT/SIGQUIT to every child (warm shutdown: held messages finish) and exits
-  when they have, killing any still running after ``shutdown_drain_s`` plus a grace period;
+- forwards SIGTERM/SIGINT/SIGQUIT to every child (warm shutdown: running evaluations finish,
+  the rest is requeued) and exits when they have, killing any still running after
+  ``shutdown_drain_s`` plus a grace period;
 - is watched by its children: a SIGKILLed supervisor's children shut down warm on their own;
 - serves ``/metrics`` for all children when ``EVALQ_METRICS_PORT`` is set (prometheus_client's
   multiprocess mode in a private directory).
