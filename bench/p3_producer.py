@@ -158,6 +158,15 @@ def backfill_peak(bench: Bench, path: Path, timeout_s: float) -> tuple[int, floa
     return int(result["peak_kib"]), float(result["lines_per_s"])
 
 
+def _pump_timeout_s(lines: int) -> float:
+    """A bound for the backfill pump over ``lines`` lines, at a floor of 1,000 lines/s.
+
+    A fixed 400 s cut a slow machine's 1M-line run short (~2,500 lines/s there, 5,086 on a
+    medium machine) and took the whole ``run_all`` down with it.
+    """
+    return 120.0 + lines / 1000
+
+
 def run(quick: bool) -> list[Row]:
     """Measure the enqueue ratio and the memory ratio; two table rows."""
     small, large = (500, 5000) if quick else (10_000, 1_000_000)
@@ -169,8 +178,8 @@ def run(quick: bool) -> list[Row]:
         pairs = rate_rounds(bench.broker_url, made, 1 if quick else RATE_ROUNDS)
         baseline, measured = sorted(pairs, key=lambda p: p[1] / p[0])[len(pairs) // 2]
         size = len(made[0].model_dump_json())
-        small_peak, _ = backfill_peak(bench, small_path, timeout_s=120)
-        large_peak, lines_per_s = backfill_peak(bench, large_path, timeout_s=400)
+        small_peak, _ = backfill_peak(bench, small_path, timeout_s=_pump_timeout_s(small))
+        large_peak, lines_per_s = backfill_peak(bench, large_path, timeout_s=_pump_timeout_s(large))
     rate_ratio = measured / baseline
     memory_ratio = large_peak / small_peak
     load = load_average()
