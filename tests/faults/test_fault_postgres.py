@@ -32,6 +32,7 @@ from tests.faults.fault_kit import (
     redone,
     report_row,
     store_rows,
+    system_one_knobs,
     tally,
     wait_drained,
 )
@@ -71,19 +72,15 @@ def _via(proxy: TcpProxy, url: str) -> str:
 
 
 def _knobs(redis_url: str, store_url: str, judge: JudgeServer) -> dict[str, str]:
-    return {
-        "broker_url": redis_url,
-        "store_url": store_url,
-        "judge": "systemone",
-        "judge_url": judge.base_url,
-        "judge_api_key": "fault-suite-key",
-        "thresholds": "0.2,0.8",
-        "budget_s": "1",
-        "concurrency": "16",
-        "batch_size": "5",
-        "visibility_timeout_s": "8",
-        "restore_interval_s": "1",
-    }
+    return system_one_knobs(
+        redis_url,
+        store_url,
+        judge,
+        budget_s="1",
+        concurrency="16",
+        batch_size="5",
+        visibility_timeout_s="8",
+    )
 
 
 @pytest.mark.timeout(1800 if SOAK else 240)

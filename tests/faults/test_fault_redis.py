@@ -27,6 +27,7 @@ from tests.faults.fault_kit import (
     evaluations_in,
     redone,
     report_row,
+    system_one_knobs,
     tally,
     wait_drained,
     wait_recovered,
@@ -57,19 +58,15 @@ def aof_redis(workdir: Path) -> Iterator[RedisServer]:
 
 
 def _knobs(redis_url: str, store_url: str, judge: JudgeServer) -> dict[str, str]:
-    return {
-        "broker_url": redis_url,
-        "store_url": store_url,
-        "judge": "systemone",
-        "judge_url": judge.base_url,
-        "judge_api_key": "fault-suite-key",
-        "thresholds": "0.2,0.8",
-        "budget_s": "1",
-        "concurrency": "16",
-        "batch_size": str(BATCH),
-        "visibility_timeout_s": "8",
-        "restore_interval_s": "1",
-    }
+    return system_one_knobs(
+        redis_url,
+        store_url,
+        judge,
+        budget_s="1",
+        concurrency="16",
+        batch_size=str(BATCH),
+        visibility_timeout_s="8",
+    )
 
 
 @pytest.mark.timeout(3600 if SOAK else 300)
