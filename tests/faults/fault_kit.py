@@ -52,6 +52,7 @@ __all__ = [
     "FaultWorker",
     "RecordTally",
     "TcpProxy",
+    "backfill_knobs",
     "broker_backlog",
     "broker_state",
     "evaluated_at_least",
@@ -206,6 +207,22 @@ def system_one_knobs(
         "restore_interval_s": "1",
         **extra,
     }
+
+
+def backfill_knobs(
+    redis_url: str, store_url: str, judge: JudgeServer, batch_size: int
+) -> dict[str, str]:
+    """:func:`system_one_knobs` of the backfill fault rows: a 1 s budget, 16 in flight, and a
+    visibility timeout of 8 s so that a lost worker's messages come back within the test."""
+    return system_one_knobs(
+        redis_url,
+        store_url,
+        judge,
+        budget_s="1",
+        concurrency="16",
+        batch_size=str(batch_size),
+        visibility_timeout_s="8",
+    )
 
 
 # --- workers --------------------------------------------------------------------------------

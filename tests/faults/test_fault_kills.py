@@ -23,6 +23,7 @@ from tests.faults.fault_kit import (
     AGENT_METRICS,
     SOAK,
     FaultWorker,
+    backfill_knobs,
     evaluated_at_least,
     recorded_requests,
     redone,
@@ -82,15 +83,7 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
     """
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'kills.db'}"
-    knobs = system_one_knobs(
-        redis_url,
-        store_url,
-        judge_server,
-        budget_s="1",
-        concurrency="16",
-        batch_size=str(BATCH),
-        visibility_timeout_s="8",
-    )
+    knobs = backfill_knobs(redis_url, store_url, judge_server, BATCH)
     workers = [start_worker(**knobs), start_worker(**knobs)]
     live, backfill = _split_lanes("kill", BACKFILL_N)
     producer = producer_for(redis_url, batch_size=str(BATCH))

@@ -27,12 +27,12 @@ from tests.faults.fault_kit import (
     AGENT_METRICS,
     SOAK,
     TcpProxy,
+    backfill_knobs,
     evaluated_at_least,
     evaluations_in,
     redone,
     report_row,
     store_rows,
-    system_one_knobs,
     tally,
     wait_drained,
 )
@@ -71,18 +71,6 @@ def _via(proxy: TcpProxy, url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _knobs(redis_url: str, store_url: str, judge: JudgeServer) -> dict[str, str]:
-    return system_one_knobs(
-        redis_url,
-        store_url,
-        judge,
-        budget_s="1",
-        concurrency="16",
-        batch_size="5",
-        visibility_timeout_s="8",
-    )
-
-
 @pytest.mark.timeout(1800 if SOAK else 240)
 def test_postgres_unreachable_while_workers_run(
     fresh_pg: str,
@@ -96,7 +84,7 @@ def test_postgres_unreachable_while_workers_run(
     proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
     try:
         judge_server.latency_ms = 20
-        knobs = _knobs(redis_url, _via(proxy, fresh_pg), judge_server)
+        knobs = backfill_knobs(redis_url, _via(proxy, fresh_pg), judge_server, 5)
         workers = [start_worker(**knobs), start_worker(**knobs)]
         base = example_snapshots()["order-42"]
         live = variants(base, OUTAGE_N // 2, "pg-live")
@@ -159,7 +147,7 @@ def test_postgres_write_failing_half_way_is_rolled_back_and_retried(
     """Evaluation row in, then the result insert fails: rollback, retry, one complete record."""
     with psycopg.connect(fresh_pg, autocommit=True) as conn:
         conn.execute(_HALF_WAY_TRIGGER)
-    worker = start_worker(**_knobs(redis_url, fresh_pg, judge_server))
+    worker = start_worker(**backfill_knobs(redis_url, fresh_pg, judge_server, 5))
     snapshots = variants(example_snapshots()["order-42"], 30, "half-way")
     producer_for(redis_url).enqueue_many(snapshots, lane=Lane.LIVE)
 
@@ -283,7 +271,7 @@ def test_sigkill_during_a_group_commit_loses_and_duplicates_nothing(
     records every snapshot exactly once."""
     count = 200
     snapshots = variants(example_snapshots()["order-42"], count, "group-commit")
-    knobs = {**_knobs(redis_url, fresh_pg, judge_server), "visibility_timeout_s": "8"}
+    knobs = {**backfill_knobs(redis_url, fresh_pg, judge_server, 5), "visibility_timeout_s": "8"}
     worker = start_worker(**knobs)
     with psycopg.connect(fresh_pg) as holder:
         holder.execute("LOCK TABLE metric_results IN ACCESS EXCLUSIVE MODE")

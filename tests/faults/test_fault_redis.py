@@ -23,11 +23,11 @@ from tests.faults.conftest import StartWorker
 from tests.faults.fault_kit import (
     AGENT_METRICS,
     SOAK,
+    backfill_knobs,
     evaluated_at_least,
     evaluations_in,
     redone,
     report_row,
-    system_one_knobs,
     tally,
     wait_drained,
     wait_recovered,
@@ -57,18 +57,6 @@ def aof_redis(workdir: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
-def _knobs(redis_url: str, store_url: str, judge: JudgeServer) -> dict[str, str]:
-    return system_one_knobs(
-        redis_url,
-        store_url,
-        judge,
-        budget_s="1",
-        concurrency="16",
-        batch_size=str(BATCH),
-        visibility_timeout_s="8",
-    )
-
-
 @pytest.mark.timeout(3600 if SOAK else 300)
 def test_redis_restart_with_aof_mid_backfill(
     aof_redis: RedisServer,
@@ -86,7 +74,7 @@ def test_redis_restart_with_aof_mid_backfill(
     """
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'restart.db'}"
-    knobs = _knobs(aof_redis.url, store_url, judge_server)
+    knobs = backfill_knobs(aof_redis.url, store_url, judge_server, BATCH)
     workers = [start_worker(**knobs), start_worker(**knobs)]
     base = example_snapshots()["order-42"]
     live = variants(base, RESTART_N // 2, "aof-live")
@@ -123,7 +111,7 @@ def test_redis_unreachable_for_live_producer_buffers_and_delivers(
     """LiveSubmitter keeps submissions while Redis is down and delivers them all after it."""
     judge_server.latency_ms = 5
     store_url = f"sqlite:///{workdir / 'live.db'}"
-    worker = start_worker(**_knobs(aof_redis.url, store_url, judge_server))
+    worker = start_worker(**backfill_knobs(aof_redis.url, store_url, judge_server, BATCH))
     snapshots = variants(example_snapshots()["care-no-tools"], LIVE_N, "live-outage")
     producer = producer_for(aof_redis.url)
     patient = RetryPolicy(attempts=10_000, timeout_s=120.0, wait_initial_s=0.05, wait_max_s=0.5)
