@@ -707,12 +707,11 @@ def _verdict_of(done: asyncio.Future[list[Any]]) -> Verdict:
     """ACK if every write went through; REQUEUE if the store failed (logged, never acked) or an
     evaluation never started before a warm shutdown (its records are not all there yet)."""
     failures = [r for r in done.result() if isinstance(r, BaseException)]
-    not_started = sum(isinstance(f, SlotsClosedError) for f in failures)
-    if not_started:
+    faults = [f for f in failures if not isinstance(f, SlotsClosedError)]
+    if len(faults) < len(failures):
+        not_started = len(failures) - len(faults)
         _log.info("message returned to the broker: %d evaluation(s) not started", not_started)
-    for failure in failures:
-        if isinstance(failure, SlotsClosedError):
-            continue
+    for failure in faults:
         code = getattr(failure, "code", type(failure).__name__)
         if not isinstance(failure, TransientStoreError | StoreError):
             _log.error("write failed: %s (%s)", DeadLetterCode.INTERNAL_ERROR, code)

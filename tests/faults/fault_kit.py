@@ -37,7 +37,7 @@ import psycopg
 import redis
 
 from producer import LANE_QUEUES
-from tests.queue.queue_kit import WorkerProcess, wait_until
+from tests.queue.queue_kit import WorkerProcess, systemone_knobs, wait_until
 from worker.embedded import free_port
 from worker.evaluation import Thresholds
 from worker.judges.testing import JudgeServer
@@ -196,17 +196,15 @@ def evaluated_at_least(store_url: str, count: int) -> Callable[[], bool]:
 def system_one_knobs(
     redis_url: str, store_url: str, judge: JudgeServer, **extra: str
 ) -> dict[str, str]:
-    """A System One worker's settings on the fake judge (restore sweep every second)."""
-    return {
-        "broker_url": redis_url,
-        "store_url": store_url,
-        "judge": "systemone",
-        "judge_url": judge.base_url,
-        "judge_api_key": "fault-suite-key",
-        "thresholds": "0.2,0.8",
-        "restore_interval_s": "1",
+    """queue_kit's :func:`systemone_knobs` on the fake judge, with a restore sweep every second."""
+    return systemone_knobs(
+        judge.base_url,
+        store_url,
+        redis_url,
+        judge_api_key="fault-suite-key",
+        restore_interval_s="1",
         **extra,
-    }
+    )
 
 
 def backfill_knobs(

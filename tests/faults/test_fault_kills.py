@@ -37,7 +37,6 @@ from worker.judges.testing import JudgeServer
 
 pytestmark = pytest.mark.services
 
-"""Results per evaluation of the ``agent`` metric set (one packed judge request each)."""
 BACKFILL_N = 10_000 if SOAK else 1_500
 KILLS = 6 if SOAK else 3
 BATCH = 5
