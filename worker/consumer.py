@@ -61,6 +61,12 @@ def _raw_body(message: Message) -> bytes:
     return str(body).encode("utf-8", "surrogatepass")
 
 
+def _body_size(message: Message) -> int:
+    """The length of a message's body as kombu holds it (bytes, or characters of a str)."""
+    body: Any = message.body
+    return len(body) if body is not None else 0
+
+
 def _refused(message: Message, code: DeadLetterCode, task: str | None = None) -> Delivery:
     lane = lane_of_queue(_queue(message))
     return Delivery.refusal(code, _raw_body(message), task=task, lane=lane)
@@ -168,8 +174,11 @@ class Intake:
     which :meth:`_flush` runs back on the consumer's thread (``hub.call_soon``), batched.
     """
 
-    def __init__(self, handler: Handler, consumer: Any) -> None:
+    def __init__(
+        self, handler: Handler, consumer: Any, held: broker.HeldBytes | None = None
+    ) -> None:
         self.handler = handler
+        self.held = held or broker.HeldBytes(handler.rt.settings.held_mib * broker.MIB)
         self.loop = handler.rt.loop
         self.consumer = consumer
         self._incoming: collections.deque[Message] = collections.deque()
@@ -189,6 +198,7 @@ class Intake:
         Once the runtime halted, a message is held, never handled nor acked: it fills the
         prefetch, so nothing more is fetched, and the broker restores it when the process ends.
         """
+        self.held.took(_body_size(message))
         if self.handler.rt.halt.reason is not None:
             self._parked.append(message)
             return
@@ -223,6 +233,7 @@ class Intake:
         acked = [m for m, verdict in settled if verdict is Verdict.ACK]
         broker.ack_all(acked)
         for message, verdict in settled:
+            self.held.settled(_body_size(message))
             if verdict is Verdict.REQUEUE:
                 broker.requeue(message)
             self._send_event(
@@ -323,6 +334,8 @@ class Intakes:
         self.other = other
         self.live = live
         self.all = (other,) if live is None else (live, other)
+        self.held = other.held
+        """The body bytes the process holds (the lifecycle builds both intakes with one count)."""
 
     def for_queue(self, queue: Any) -> Intake:
         """The intake that handles messages of ``queue``."""
@@ -377,7 +390,10 @@ class EvalqConsumer(Consumer):
         """Celery's connect, with the broker's delivery protections installed."""
         connection = super().connect()
         intake = self.evalq_intake
-        broker.protect(connection, intake.poisoned if intake is not None else None)
+        if intake is None:
+            broker.protect(connection, None)
+        else:
+            broker.protect(connection, intake.poisoned, intake.held)
         return connection
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:

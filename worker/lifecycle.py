@@ -41,7 +41,7 @@ from typing import Any
 from celery import bootsteps
 from celery.worker import state as celery_state
 
-from worker import metrics, runtime
+from worker import broker, metrics, runtime
 from worker.consumer import Intake, Intakes
 from worker.halt import EXIT_CRASHED, EXIT_HALTED, Halt
 from worker.handling import Handler
@@ -101,10 +101,11 @@ class Lifecycle(bootsteps.StartStopStep):
             rt.adapt_in_flight()  # leave the judge room for live requests
         self.runtime = rt
         events: EventSink | None = self.events
+        held = broker.HeldBytes(settings.held_mib * broker.MIB)  # one count for the process
         live = None
         if self.live_runtime is not None:
-            live = Intake(Handler(self.live_runtime, events=events), c)
-        c.evalq_intake = Intakes(Intake(Handler(rt, events=events), c), live)
+            live = Intake(Handler(self.live_runtime, events=events), c, held)
+        c.evalq_intake = Intakes(Intake(Handler(rt, events=events), c, held), live)
         self.halt = rt.halt
         rt.halt.on_stop(_warm_shutdown)
         self._serve_metrics(settings)

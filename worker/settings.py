@@ -310,6 +310,9 @@ class Settings(BaseSettings):
     # message, kombu's envelope, the Redis write) is shared by twice the snapshots (~1.6x the
     # rate), and the worker's backfill figures held (docs/concurrency.md, "Twenty-second round").
     batch_size: int = Field(default=8, ge=1, le=1000)
+    # MiB of message bodies one consumer process holds at most (plus one message): Celery's
+    # prefetch counts messages, and a backfill message may carry 16 MiB (worker.broker._held).
+    held_mib: int = Field(default=64, ge=1, le=65_536)
     nice: int = Field(default=0, ge=0, le=19)
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     restore_interval_s: float = Field(default=5.0, gt=0, le=60)

@@ -23,12 +23,24 @@ from kombu import Producer as KombuProducer
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
+from producer import Producer, Snapshot
 from tests.conftest import service_missing
+from tests.faults.fault_kit import evaluations_in
 from tests.queue import fetch_probe_app as probe
-from tests.queue.queue_kit import WorkerProcess, killed_on_exit, wait_until, worker_env
+from tests.queue.queue_kit import (
+    WorkerProcess,
+    example_snapshots,
+    killed_on_exit,
+    systemone_knobs,
+    variants,
+    wait_until,
+    worker_env,
+)
+from worker import broker
 from worker.app import celery_config, create_app
 from worker.broker import SWEEP_MUTEX_S, _reliable_fetch, broker_transport_options, sweep
 from worker.embedded import RedisServer
+from worker.judges.testing import JudgeServer
 from worker.settings import load_settings
 
 pytestmark = pytest.mark.services
@@ -512,3 +524,102 @@ def test_a_consumer_with_every_slot_held_polls_only_while_it_saw_a_backlog(redis
         assert qos.can_consume()  # the lookahead of a busy process under load
         channel.basic_qos(0, 0, False)
         assert qos.can_consume()  # an unbounded prefetch (not evalq's) keeps kombu's rule
+
+
+# --- the bytes a process holds ------------------------------------------------------------------
+
+
+def test_the_script_stops_at_the_message_that_reaches_its_byte_bound(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """4 messages of ~2 KB: a bound of 1.5 messages takes 2, a bound of 1 byte still takes 1,
+    no bound (0) takes all that are left."""
+    client.flushall()
+    for n in range(4):
+        _publish(redis_url, "q", {"n": n, "pad": "x" * 2000})
+    size = len(client.lindex("q", 0) or b"")
+    two = _fetch_reply(client, ["q"], limit=4, max_bytes=size * 3 // 2)
+    assert len(two) // 3 == 2
+    one = _fetch_reply(client, ["q"], limit=4, max_bytes=1)
+    assert len(one) // 3 == 1  # a message larger than what is left is taken alone
+    rest = _fetch_reply(client, ["q"], limit=4, max_bytes=0)
+    assert (len(rest) // 3, client.llen("q")) == (1, 0)
+
+
+def test_held_bytes_count_what_is_taken_until_it_settles() -> None:
+    """left() is the budget minus the bodies taken and not settled, never below 0."""
+    held = broker.HeldBytes(100)
+    held.took(60)
+    held.took(60)
+    assert (held.held_bytes, held.left()) == (120, 0)
+    held.settled(60)
+    assert held.left() == 40
+    held.settled(60)
+    held.settled(5)  # a message counted before a restart of the count: never negative
+    assert (held.held_bytes, held.left()) == (0, 100)
+    with pytest.raises(ValueError, match="budget_bytes"):
+        broker.HeldBytes(0)
+
+
+def test_a_consumer_holding_its_byte_budget_fetches_nothing_and_bounds_the_next_fetch(
+    redis_url: str,
+) -> None:
+    """With the budget held, can_consume is False whatever the slots; below it, the next fetch
+    may take what is left (at least one byte's worth: one message)."""
+    with Connection(redis_url, transport=_reliable_fetch.Transport) as connection:
+        channel: Any = connection.default_channel
+        channel.basic_qos(0, 8, False)
+        qos: _reliable_fetch.QoS = channel.qos
+        assert (qos.can_consume(), qos.bytes_left()) == (True, 0)  # no count: no byte bound
+        held = broker.HeldBytes(1000)
+        broker.protect(connection, None, held)
+        held.took(1000)
+        assert (qos.startable(), qos.can_consume()) == (4, False)
+        held.settled(400)
+        assert (qos.can_consume(), qos.bytes_left()) == (True, 400)
+
+
+HELD_MIB = 1
+BIG_N = 24
+BIG_BYTES = 200_000
+
+
+def _big_snapshots(count: int, size: int) -> list[Snapshot]:
+    """``count`` distinct snapshots whose system text pads each to about ``size`` bytes."""
+    wire = example_snapshots()["order-42"].wire()
+    events = [dict(e) for e in wire["events"]]
+    events[0]["text"] += " " + "x" * size
+    base = Snapshot.model_validate({**wire, "events": events})
+    return variants(base, count, "held")
+
+
+def test_a_worker_holds_its_byte_budget_of_big_messages_not_its_prefetch(
+    redis_url: str,
+    sqlite_url: str,
+    judge_server: JudgeServer,
+    start_worker: Callable[..., WorkerProcess],
+    producer_for: Callable[..., Producer],
+) -> None:
+    """64 slots (prefetch 128) and 24 live snapshots of ~200 KB behind a 1 s judge: with
+    EVALQ_HELD_MIB=1 the process holds at most 1 MiB plus one message (<= 6 in ``unacked``,
+    where the prefetch alone takes all 24), and every one is recorded once."""
+    judge_server.latency_ms = 1000
+    knobs = systemone_knobs(
+        judge_server.base_url,
+        sqlite_url,
+        redis_url,
+        lanes="live",
+        processes="1",
+        concurrency="64",
+        held_mib=str(HELD_MIB),
+    )
+    start_worker(**knobs)
+    client = redis.Redis.from_url(redis_url)
+    producer_for(**knobs).enqueue_many(_big_snapshots(BIG_N, BIG_BYTES))
+    most, deadline = 0, time.monotonic() + 90
+    while time.monotonic() < deadline and evaluations_in(sqlite_url) < BIG_N:
+        most = max(most, int(client.hlen("unacked")))
+        time.sleep(0.05)
+    client.close()
+    assert evaluations_in(sqlite_url) == BIG_N
+    assert 2 <= most <= HELD_MIB * 1024 * 1024 // BIG_BYTES + 1, most

@@ -8,6 +8,8 @@ options and acks (which lane a queue serves is the contract's: :mod:`producer.to
 - :mod:`._acks`: acks in groups (one Redis round trip for everything settled at once).
 - :mod:`._options`: broker URLs and transport options.
 - :mod:`._layout`: kombu's Redis key layout (queue lists, ``unacked``), written down once.
+- :mod:`._held`: the bytes of message bodies a process holds; the reliable fetch stops at its
+  budget.
 
 Nothing outside this package knows kombu's Redis key layout or transport internals.
 """
@@ -15,21 +17,25 @@ Nothing outside this package knows kombu's Redis key layout or transport interna
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ._acks import ack_all, forget, renew, requeue, sweep
+from ._held import MIB, HeldBytes
 from ._layout import PRIORITY_SEP, PRIORITY_STEPS, UNACKED_INDEX_KEY, UNACKED_KEY, queue_keys
 from ._options import SWEEP_MUTEX_S, broker_transport_options, is_redis, transport_setting
 from ._qos import DeliveredAnyway, protect_deliveries, retire
 from ._reliable_fetch import Channel as ReliableChannel
+from ._reliable_fetch import QoS as _ReliableQoS
 
 __all__ = [
+    "MIB",
     "PRIORITY_SEP",
     "PRIORITY_STEPS",
     "SWEEP_MUTEX_S",
     "UNACKED_INDEX_KEY",
     "UNACKED_KEY",
     "DeliveredAnyway",
+    "HeldBytes",
     "ReliableChannel",
     "ack_all",
     "broker_transport_options",
@@ -46,12 +52,18 @@ __all__ = [
 ]
 
 
-def protect(connection: Any, on_poison: Callable[[str, bytes, str | None], None] | None) -> None:
+def protect(
+    connection: Any,
+    on_poison: Callable[[str, bytes, str | None], None] | None,
+    held: HeldBytes | None = None,
+) -> None:
     """Install the delivery protections on ``connection``'s consuming channel.
 
-    ``on_poison`` receives the list items the reliable fetch could not hand to kombu.
+    ``on_poison`` receives the list items the reliable fetch could not hand to kombu; ``held``
+    is the consumer's count of the body bytes it holds, which bounds the reliable fetch.
     """
     protect_deliveries(connection)
     channel = connection.default_channel
     if isinstance(channel, ReliableChannel):
         channel.on_poison = on_poison
+        cast(_ReliableQoS, channel.qos).held = held
