@@ -199,6 +199,7 @@ class Intake:
         prefetch, so nothing more is fetched, and the broker restores it when the process ends.
         """
         self.held.took(_body_size(message))
+        broker.size_prefetch(self.consumer, self.held)
         if self.handler.rt.halt.reason is not None:
             self._parked.append(message)
             return

@@ -119,8 +119,11 @@ class Lifecycle(bootsteps.StartStopStep):
         _log.info("metrics exporter on %s:%d", settings.metrics_addr, self.exporter.port)
 
     def start(self, c: Any) -> None:
-        """Renew the leases of held messages every quarter of the visibility timeout."""
+        """Size the prefetch (before consuming starts; again after a reconnect) and renew the
+        leases of held messages every quarter of the visibility timeout."""
         intake: Intakes | None = getattr(c, "evalq_intake", None)
+        if intake is not None:
+            broker.size_prefetch(c, intake.held, now=True)
         if intake is None or self._renewals is not None:
             return
         every_s = c.app.settings.effective_visibility_timeout_s / 4

@@ -65,6 +65,9 @@ def _amqp_counts(url: str, *, delete: bool) -> dict[Lane, int]:
 def test_a_bulk_send_declares_the_queues_rabbitmq_would_drop_messages_for(amqp_url: str) -> None:
     """On RabbitMQ a publish to an undeclared queue is dropped: the bulk path declares first."""
     _amqp_counts(amqp_url, delete=True)  # no lane queue exists now
+    # kombu's connection pools are process-wide, and a connection remembers the queues declared
+    # on it: another test's producer in this process would make the deleted queues look declared.
+    kombu.pools.reset()
     mixed = [_on(Lane.LIVE if n % 3 == 0 else Lane.BACKFILL, f"trace-{n}") for n in range(6)]
     with Producer(amqp_url) as producer:
         assert producer.send_many(mixed, batch_size=1) == 6

@@ -25,7 +25,7 @@ from kombu import Producer as KombuProducer
 
 from producer import Lane, Snapshot, read_snapshots
 from producer.snapshot import LANE_QUEUES
-from producer.topology import LANE_EXCHANGE
+from producer.topology import LANE_EXCHANGE, lane_queues
 
 __all__ = [
     "EXAMPLES",
@@ -34,6 +34,7 @@ __all__ = [
     "example_snapshots",
     "killed_on_exit",
     "publish_raw",
+    "purge_lane_queues",
     "systemone_knobs",
     "task_headers",
     "variants",
@@ -183,3 +184,11 @@ def publish_raw(url: str, body: bytes | str, content_type: str, headers: dict[st
             headers=headers,
             serializer=None,
         )
+
+
+def purge_lane_queues(amqp_url: str) -> None:
+    """Empty the lane queues on the shared RabbitMQ (declaring them if needed)."""
+    with Connection(amqp_url, connect_timeout=5) as conn:
+        for queue in lane_queues():
+            queue(conn.channel()).declare()
+            queue(conn.channel()).purge()

@@ -9,13 +9,12 @@ from collections.abc import Callable
 import psycopg
 import pytest
 import redis
-from kombu import Connection
 
 from producer import LANE_QUEUES, Lane, Producer
-from producer.topology import lane_queues
 from tests.queue.queue_kit import (
     WorkerProcess,
     example_snapshots,
+    purge_lane_queues,
     systemone_knobs,
     variants,
     wait_until,
@@ -119,14 +118,6 @@ def test_same_snapshot_three_times_gives_one_evaluation(
     assert worker.log.count("evaluation recorded:") == 1
 
 
-def _purge(amqp_url: str) -> None:
-    """Empty the lane queues on the shared RabbitMQ (declaring them if needed)."""
-    with Connection(amqp_url, connect_timeout=5) as conn:
-        for queue in lane_queues():
-            queue(conn.channel()).declare()
-            queue(conn.channel()).purge()
-
-
 @pytest.mark.parametrize(
     ("broker", "store_kind"),
     [("redis", "sqlite"), ("redis", "postgresql"), ("amqp", "sqlite"), ("amqp", "postgresql")],
@@ -146,7 +137,7 @@ def test_end_to_end_on_each_broker_and_store(
     # messages back to the next test's queues).
     start_worker: Callable[..., WorkerProcess] = request.getfixturevalue("start_worker")
     if broker == "amqp":
-        _purge(broker_url)
+        purge_lane_queues(broker_url)
     store_url = sqlite_url if store_kind == "sqlite" else _fresh_pg(request)
     start_worker(broker_url=broker_url, store_url=store_url, batch_size="3")
     examples = example_snapshots()

@@ -23,7 +23,9 @@ from kombu import Producer as KombuProducer
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
-from producer import Producer, Snapshot
+from producer import Lane, Producer, Snapshot
+from producer.snapshot import LANE_QUEUES
+from producer.topology import lane_queues
 from tests.conftest import service_missing
 from tests.faults.fault_kit import evaluations_in
 from tests.queue import fetch_probe_app as probe
@@ -31,6 +33,7 @@ from tests.queue.queue_kit import (
     WorkerProcess,
     example_snapshots,
     killed_on_exit,
+    purge_lane_queues,
     systemone_knobs,
     variants,
     wait_until,
@@ -561,6 +564,21 @@ def test_held_bytes_count_what_is_taken_until_it_settles() -> None:
         broker.HeldBytes(0)
 
 
+def test_a_sized_prefetch_is_the_budget_over_the_largest_recent_body() -> None:
+    """1 until a message is seen; budget // largest, at most Celery's; a huge message lowers it
+    for a while, and it climbs back as the largest recent size decays."""
+    held = broker.HeldBytes(1000)
+    assert held.prefetch(128) == 1
+    held.took(10)
+    assert held.prefetch(128) == 100
+    assert held.prefetch(64) == 64
+    held.took(600)
+    assert held.prefetch(128) == 1
+    for _ in range(300):
+        held.took(10)
+    assert 10 < held.prefetch(128) < 100  # 600 x 0.99^300 ~ 29 bytes: 34 messages
+
+
 def test_a_consumer_holding_its_byte_budget_fetches_nothing_and_bounds_the_next_fetch(
     redis_url: str,
 ) -> None:
@@ -593,33 +611,53 @@ def _big_snapshots(count: int, size: int) -> list[Snapshot]:
     return variants(base, count, "held")
 
 
+def _held_now(broker_url: str, client: redis.Redis | None, recorded: int) -> int:
+    """Messages a worker holds: Redis's ``unacked``; on RabbitMQ those neither ready nor
+    recorded (a recorded one is acked right after its commit)."""
+    if client is not None:
+        return int(client.hlen("unacked"))
+    with Connection(broker_url, connect_timeout=5) as conn:
+        (live,) = [q for q in lane_queues() if q.name == LANE_QUEUES[Lane.LIVE]]
+        _name, ready, _consumers = live(conn.channel()).queue_declare(passive=True)
+    return BIG_N - int(ready) - recorded
+
+
+@pytest.mark.parametrize("broker_kind", ["redis", "amqp"])
 def test_a_worker_holds_its_byte_budget_of_big_messages_not_its_prefetch(
-    redis_url: str,
+    broker_kind: str,
+    request: pytest.FixtureRequest,
     sqlite_url: str,
     judge_server: JudgeServer,
-    start_worker: Callable[..., WorkerProcess],
     producer_for: Callable[..., Producer],
 ) -> None:
     """64 slots (prefetch 128) and 24 live snapshots of ~200 KB behind a 1 s judge: with
-    EVALQ_HELD_MIB=1 the process holds at most 1 MiB plus one message (<= 6 in ``unacked``,
-    where the prefetch alone takes all 24), and every one is recorded once."""
+    EVALQ_HELD_MIB=1 the process holds at most 1 MiB plus one message (<= 6), where the prefetch
+    alone takes all 24, and every one is recorded once. Redis: the fetch stops at the budget;
+    RabbitMQ: the prefetch count is sized to it."""
+    broker_url: str = request.getfixturevalue(f"{broker_kind}_url")
+    start_worker: Callable[..., WorkerProcess] = request.getfixturevalue("start_worker")
+    client = redis.Redis.from_url(broker_url) if broker_kind == "redis" else None
+    if client is not None:
+        client.flushall()
+    else:
+        purge_lane_queues(broker_url)
     judge_server.latency_ms = 1000
     knobs = systemone_knobs(
         judge_server.base_url,
         sqlite_url,
-        redis_url,
+        broker_url,
         lanes="live",
         processes="1",
         concurrency="64",
         held_mib=str(HELD_MIB),
     )
     start_worker(**knobs)
-    client = redis.Redis.from_url(redis_url)
     producer_for(**knobs).enqueue_many(_big_snapshots(BIG_N, BIG_BYTES))
     most, deadline = 0, time.monotonic() + 90
-    while time.monotonic() < deadline and evaluations_in(sqlite_url) < BIG_N:
-        most = max(most, int(client.hlen("unacked")))
+    while time.monotonic() < deadline and (recorded := evaluations_in(sqlite_url)) < BIG_N:
+        most = max(most, _held_now(broker_url, client, recorded))
         time.sleep(0.05)
-    client.close()
+    if client is not None:
+        client.close()
     assert evaluations_in(sqlite_url) == BIG_N
     assert 2 <= most <= HELD_MIB * 1024 * 1024 // BIG_BYTES + 1, most

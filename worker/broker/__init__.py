@@ -47,9 +47,14 @@ __all__ = [
     "renew",
     "requeue",
     "retire",
+    "size_prefetch",
     "sweep",
     "transport_setting",
 ]
+
+
+_PREFETCH_MAX = 0xFFFF
+"""The largest prefetch count AMQP can say (a 16-bit field; kombu caps at the same)."""
 
 
 def protect(
@@ -67,3 +72,21 @@ def protect(
     if isinstance(channel, ReliableChannel):
         channel.on_poison = on_poison
         cast(_ReliableQoS, channel.qos).held = held
+    elif held is not None:
+        held.sizes_prefetch = True  # no byte bound in the fetch: size the prefetch count
+
+
+def size_prefetch(consumer: Any, held: HeldBytes, *, now: bool = False) -> None:
+    """Set the consumer's prefetch to ``held``'s size (where it sizes it; see :mod:`._held`).
+
+    Celery's consumer loop applies a changed value before its next poll; ``now`` applies it at
+    once (before the consumer starts consuming, so the first push is one message).
+    """
+    qos = getattr(consumer, "qos", None)
+    if not held.sizes_prefetch or qos is None:
+        return
+    wanted = held.prefetch(int(consumer.initial_prefetch_count or 0) or _PREFETCH_MAX)
+    if qos.value != wanted:
+        qos.value = wanted
+        if now:
+            qos.update()

@@ -10,7 +10,12 @@ left, so a process holds at most the budget plus one message. One message at lea
 taken when nothing is held: a message larger than the budget is served, alone.
 
 RabbitMQ pushes messages up to the prefetch count and has no byte bound (it does not implement
-``basic.qos``'s ``prefetch_size``): there the prefetch alone bounds what a process holds.
+``basic.qos``'s ``prefetch_size``). There, and on the other kombu Redis fetches (``rediss://``,
+``sentinel://``), the prefetch count itself is sized (:meth:`HeldBytes.prefetch`): the budget
+over the largest recent body (a maximum that decays by 1% per message taken, so one huge
+message lowers it for a few hundred messages, not for good), never above Celery's, and 1 until
+the first message has told the size. The bound then holds for messages up to the largest recent
+one; a larger one can overshoot by the prefetch it arrives in.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import threading
 __all__ = ["MIB", "HeldBytes"]
 
 MIB = 1024 * 1024
+_DECAY = 0.99
+"""Per message taken, the factor on the largest recent body size (the prefetch's sizing)."""
 
 
 class HeldBytes:
@@ -31,12 +38,17 @@ class HeldBytes:
             raise ValueError("budget_bytes must be at least 1")
         self.budget_bytes = budget_bytes
         self.held_bytes = 0
+        self.largest = 0.0
+        """The largest recent body size (bytes): a maximum decaying per message taken."""
+        self.sizes_prefetch = False
+        """Set where the broker has no byte bound of its own: the prefetch count is sized."""
         self._lock = threading.Lock()
 
     def took(self, size: int) -> None:
         """A message of ``size`` body bytes was taken off the broker."""
         with self._lock:
             self.held_bytes += size
+            self.largest = max(float(size), self.largest * _DECAY)
 
     def settled(self, size: int) -> None:
         """A message of ``size`` body bytes was acked or returned."""
@@ -46,3 +58,10 @@ class HeldBytes:
     def left(self) -> int:
         """Bytes the process may still take (0: fetch nothing until a message settles)."""
         return max(0, self.budget_bytes - self.held_bytes)
+
+    def prefetch(self, limit: int) -> int:
+        """The messages a broker may push: the budget over the largest recent body, at most
+        ``limit`` (Celery's prefetch), at least 1; 1 until a message has been taken."""
+        if not self.largest:
+            return 1
+        return max(1, min(limit, int(self.budget_bytes // self.largest)))
