@@ -9,7 +9,8 @@ options and acks (which lane a queue serves is the contract's: :mod:`producer.to
 - :mod:`._options`: broker URLs and transport options.
 - :mod:`._layout`: kombu's Redis key layout (queue lists, ``unacked``), written down once.
 - :mod:`._held`: the bytes of message bodies a process holds; the reliable fetch stops at its
-  budget.
+  budget, and where a fetch has no byte bound (RabbitMQ) the prefetch count is sized to it
+  (:func:`size_prefetch`).
 
 Nothing outside this package knows kombu's Redis key layout or transport internals.
 """
