@@ -101,11 +101,11 @@ class Lifecycle(bootsteps.StartStopStep):
             rt.adapt_in_flight()  # leave the judge room for live requests
         self.runtime = rt
         events: EventSink | None = self.events
-        held = broker.HeldBytes(settings.held_mib * broker.MIB)  # one count for the process
+        other = Intake(Handler(rt, events=events), c)
         live = None
-        if self.live_runtime is not None:
-            live = Intake(Handler(self.live_runtime, events=events), c, held)
-        c.evalq_intake = Intakes(Intake(Handler(rt, events=events), c, held), live)
+        if self.live_runtime is not None:  # one count of held bytes for the process
+            live = Intake(Handler(self.live_runtime, events=events), c, other.held)
+        c.evalq_intake = Intakes(other, live)
         self.halt = rt.halt
         rt.halt.on_stop(_warm_shutdown)
         self._serve_metrics(settings)

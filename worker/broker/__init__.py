@@ -83,8 +83,10 @@ def size_prefetch(consumer: Any, held: HeldBytes, *, now: bool = False) -> None:
     Celery's consumer loop applies a changed value before its next poll; ``now`` applies it at
     once (before the consumer starts consuming, so the first push is one message).
     """
+    if not held.sizes_prefetch:  # the reliable fetch bounds bytes itself: nothing per message
+        return
     qos = getattr(consumer, "qos", None)
-    if not held.sizes_prefetch or qos is None:
+    if qos is None:
         return
     wanted = held.prefetch(int(consumer.initial_prefetch_count or 0) or _PREFETCH_MAX)
     if qos.value != wanted:
