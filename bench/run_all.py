@@ -2,7 +2,8 @@
 
 Figures: P1 judge-bound throughput, P2 batched vs Celery's per-message ceiling, P3 producer
 enqueue rate and memory, P4 judge that never answers, P5 worker memory over 100k snapshots,
-live latency under a saturating backfill, and issue 17's lane figures (``bench/lanes.py``: the
+live latency under a saturating backfill, where an evaluation's CPU goes against the X0 >= 1.3 N
+budget (``bench/path_cost.py``), and issue 17's lane figures (``bench/lanes.py``: the
 user-facing commands on SQLite and PostgreSQL, with their live-lane curve tables printed as they
 finish). Each starts and stops its own Redis, judge server and workers. About 30 minutes on 2
 cores; ``--quick`` runs tiny sizes (a smoke run: its figures mean nothing). The machine's load
@@ -26,6 +27,7 @@ from bench import (
     p3_producer,
     p4_stalled_judge,
     p5_worker_memory,
+    path_cost,
 )
 from bench._kit import Row, table
 
@@ -38,6 +40,7 @@ FIGURES: tuple[tuple[str, Callable[[bool], list[Row]]], ...] = (
     ("P4", p4_stalled_judge.run),
     ("P5", p5_worker_memory.run),
     ("live", live_latency.run),
+    ("path", path_cost.run),
     ("lanes", lanes.run),
 )
 

@@ -24,6 +24,7 @@ SCRIPTS = {
     "p5_worker_memory.py": ["P5 worker RSS"],
     "live_latency.py": ["Live P95 under backfill"],
     "store_writes.py": ["sqlite store write", "postgresql store write"],
+    "path_cost.py": ["budget: X0 = 1.3 N", "X0 drain: worker + stand-in", "part: judge client"],
 }
 HEADER = "figure"
 
