@@ -13,9 +13,10 @@ do (the judge stand-in's side of each request, Redis). Measured in one run:
    processes, and the stand-in's CPU per request over the same drain.
 3. The worker's message path *without the broker* (:class:`worker.handling.Handler` on a
    :class:`worker.runtime.Runtime` in this process, live deliveries handed over 64 at a time, a
-   fresh SQLite store per round): this process's CPU per evaluation (event loop and store
-   threads), first with the System One judge over HTTP to the stand-in, then with the
-   **synthetic** judge in-process. The difference is the judge exchange's client side.
+   fresh SQLite store per round, this process's cycle collector tuned as a worker's): this
+   process's CPU per evaluation (event loop and store threads), first with the System One judge
+   over HTTP to the stand-in, then with the **synthetic** judge in-process. The difference is the
+   judge exchange's client side.
 4. The store's write alone (``bench/store_writes.py``'s full write, SQLite).
 
 Parts derived from those: *broker and consumer* = X0's CPU per evaluation - the path over HTTP
@@ -155,7 +156,13 @@ def path_once(settings: Settings, judge: str, count: int, tag: str) -> PathCost:
 
 
 def measure_paths(judge_url: str, sizes: Sizes) -> dict[str, PathCost]:
-    """Median over the rounds of each judge's path, the judges alternating within a round."""
+    """Median over the rounds of each judge's path, the judges alternating within a round.
+
+    This process's cycle collector is tuned as a worker process tunes its own first
+    (:func:`worker.runtime.tune_gc`): at CPython's default threshold the collector took 400-530
+    µs per evaluation of this path, which no worker pays.
+    """
+    runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
     settings = _settings(judge_url)
     costs: dict[str, list[PathCost]] = {judge: [] for judge in JUDGES}
     for round_no in range(sizes.rounds):

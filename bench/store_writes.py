@@ -12,7 +12,8 @@ This bench measures it in-process, away from the broker and the judge:
 2. Each store then writes those pairs again into a fresh database, 64 per call
    (``Store.record_evaluations``, as a backfill's group commit does), and the writing thread's
    CPU time per evaluation is read (``time.thread_time``); on PostgreSQL the server processes'
-   CPU for that database is added (read from ``/proc``).
+   CPU for that database is added (read from ``/proc``). The cycle collector is tuned first, as a
+   worker process tunes its own (:func:`worker.runtime.tune_gc`).
 3. Ablations, each a fresh database: the same writes without the audit trail (the results'
    ``audit`` column left empty, no ``question_texts`` rows) and without the metric results'
    rows. What a part costs is the difference; nothing here is a store a worker would run.
@@ -272,6 +273,9 @@ def run(quick: bool, stores: Sequence[str] = STORES) -> list[Row]:
     """Capture once, then measure each store."""
     sizes = QUICK if quick else FULL
     items = capture(sizes.count)
+    # As a worker process does before it writes anything: at CPython's default threshold the
+    # cycle collector added 7-18% to the SQLite write measured here, which no worker pays.
+    runtime.tune_gc(runtime.GC_GEN0_THRESHOLD)
     rows: list[Row] = []
     for kind in stores:
         rows += rows_for(kind, measure(kind, items, sizes.rounds), len(items))
