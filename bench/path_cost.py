@@ -69,19 +69,8 @@ __all__ = ["main", "run"]
 GROUP = 64
 """Deliveries handed to the handler at once (a micro-batch of a loaded consumer)."""
 JUDGES = ("systemone", "synthetic")
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """Evaluations per in-process round, rounds per judge, and the lane drain's sizes."""
-
-    count: int
-    rounds: int
-    expected_x0_per_s: float
-
-
-FULL = Sizes(count=2000, rounds=3, expected_x0_per_s=700.0)
-QUICK = Sizes(count=160, rounds=1, expected_x0_per_s=100.0)
+EXPECTED_X0_PER_S = 700.0
+"""A guess of the X0 drain's rate, which sizes its queue (``--quick``: a tenth of it)."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +144,7 @@ def path_once(settings: Settings, judge: str, count: int, tag: str) -> PathCost:
     return PathCost(cpu_s * 1e6 / measured, stand_in_s * 1e6 / measured)
 
 
-def measure_paths(judge_url: str, sizes: Sizes) -> dict[str, PathCost]:
+def measure_paths(judge_url: str, sizes: store_writes.Sizes) -> dict[str, PathCost]:
     """Median over the rounds of each judge's path, the judges alternating within a round.
 
     This process's cycle collector is tuned as a worker process tunes its own first
@@ -210,11 +199,12 @@ def _x0(bench: Bench, quick: bool, expected: float) -> tuple[float, float, float
 
 def measure(quick: bool) -> Measured:
     """N, the X0 drain, the in-process paths and the store write, in that order, one run."""
-    sizes = QUICK if quick else FULL
+    sizes = store_writes.QUICK if quick else store_writes.FULL
     with Bench("path-cost") as bench:
         noop = solo_noop_rate(bench, (QUICK_LANE_SIZES if quick else LANE_SIZES).noop)
         bench.redis_client().flushall()
-        x0_per_s, x0_us, x0_stand_in_us = _x0(bench, quick, sizes.expected_x0_per_s)
+        expected = EXPECTED_X0_PER_S / 10 if quick else EXPECTED_X0_PER_S
+        x0_per_s, x0_us, x0_stand_in_us = _x0(bench, quick, expected)
         paths = measure_paths(bench.judge_server(0.0), sizes)
     items = store_writes.capture(sizes.count)
     writes = store_writes.measure("sqlite", items, sizes.rounds)
