@@ -8,7 +8,9 @@ first; the redelivery skips them). It
 runs on the runtime's event loop; blocking store calls go to the runtime's store threads.
 
 Several deliveries handed over together (a micro-batch: what one broker fetch returned) share
-their per-message work: one skip-if-done query for all their snapshots. Each evaluation then runs
+their per-message work: one skip-if-done query for all their snapshots. They are accepted
+(decoded, validated, projected) :data:`ACCEPT_SLICE` snapshots per loop callback, so a batch of
+backfill messages never holds the loop for long. Each evaluation then runs
 on its own, under the runtime's concurrency slots and its own budget, and its record joins the
 group commit (:class:`~worker.committer.Committer`): records of evaluations that finish close
 together are written in one transaction, and a delivery's verdict comes only after the
@@ -96,6 +98,7 @@ from worker.store import (
 )
 
 __all__ = [
+    "ACCEPT_SLICE",
     "Delivery",
     "Handler",
     "RefusedError",
@@ -107,6 +110,13 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+ACCEPT_SLICE = 16
+"""Snapshots accepted per loop callback. The consumer hands over 16 messages at a time, and 16
+backfill messages of 8 snapshots took one 10-54 ms callback to accept, during which every judge
+reply and slot hand-over of the process waited (measured with a timing wrapper around the loop's
+callbacks, backfill at C = 64, L = 100 ms). Sliced at 16 snapshots the longest callback read
+15 ms and the drain 0.8% to 8.7% faster in seven of nine alternating pairs (docs/concurrency.md,
+"Twenty-fifth round")."""
 _JUDGED_REASONS = frozenset(
     {Reason.INVALID_RESPONSE, Reason.BACKEND_ERROR, Reason.REDUCE_ERROR, Reason.TIMEOUT}
 )
@@ -461,14 +471,27 @@ class Handler:
         """
         loop = self.rt.loop
         messages = [_Message(d, loop.create_future()) for d in deliveries]
-        for message in messages:
-            self._accept(message)
-        task = loop.create_task(self._evaluate_all([m for m in messages if m.jobs]))
+        task = loop.create_task(self._accept_then_evaluate(messages))
         task.add_done_callback(_report_crash)
+        return [m.verdict for m in messages]
+
+    async def _accept_then_evaluate(self, messages: list[_Message]) -> None:
+        """Accept the micro-batch ``ACCEPT_SLICE`` snapshots at a time, then evaluate it.
+
+        Accepting (decoding, validating, projecting) is CPU work on the loop; the loop runs its
+        other callbacks (judge replies, slot hand-overs, commits) between slices, while the
+        whole micro-batch still shares one skip-if-done query.
+        """
+        accepted = 0
         for message in messages:
+            if accepted >= ACCEPT_SLICE:
+                await asyncio.sleep(0)  # let the loop run what is ready
+                accepted = 0
+            self._accept(message)
+            accepted += max(1, len(message.jobs))
             if not message.jobs:
                 self._settle_when_written(message)
-        return [m.verdict for m in messages]
+        await self._evaluate_all([m for m in messages if m.jobs])
 
     # -- accepting ------------------------------------------------------------------------------
 

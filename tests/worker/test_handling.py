@@ -19,7 +19,7 @@ import stamina
 from producer import Lane, Snapshot
 from producer.snapshot import EVALUATE_TASK, OUTCOME_TASK
 from tests.queue.queue_kit import example_snapshots, variants
-from worker import runtime
+from worker import handling, runtime
 from worker.committer import Committer
 from worker.dead_letters import DeadLetterCode, raw_bytes
 from worker.handling import Delivery, Handler, Verdict
@@ -300,6 +300,54 @@ async def _take_order(committer: Committer) -> list[list[bool]]:
     while committer._pending:
         groups.append([p.urgent for p in committer._take()])
     return groups
+
+
+class _Watched(Handler):
+    """A handler that notes each message it accepts (``accepted`` events in loop order)."""
+
+    def __init__(self, rt: Runtime, noted: list[str]) -> None:
+        super().__init__(rt)
+        self.noted = noted
+
+    def _accept(self, message: Any) -> None:
+        super()._accept(message)
+        self.noted.append("accepted")
+
+
+class _QueryCounting(CountingStore):
+    """A counting store that also counts skip-if-done queries."""
+
+    queries = 0
+
+    def existing_evaluations(self, evaluation_ids: Sequence[str]) -> frozenset[str]:
+        self.queries += 1
+        return frozenset(self._store.existing_evaluations(evaluation_ids))
+
+
+def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> None:
+    """Four backfill messages of 8: other ready callbacks run after the first 16 snapshots are
+    accepted (not after all 32), and the micro-batch still asks skip-if-done once."""
+    counting = _QueryCounting(store)
+    rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
+    batches = [[s.wire() for s in _snapshots(8, f"slice{i}")] for i in range(4)]
+    events: list[str] = []
+
+    async def submit_all() -> list[Verdict]:
+        futures = _Watched(rt, events).submit([_evaluate(b, Lane.BACKFILL) for b in batches])
+        asyncio.get_running_loop().call_soon(events.append, "other callback")
+        return list(await asyncio.gather(*futures))
+
+    try:
+        with runtime.use(rt):
+            verdicts = rt.call(submit_all(), timeout_s=30.0)
+    finally:
+        rt.close()
+    assert handling.ACCEPT_SLICE == 16
+    assert events.index("other callback") == 2  # after two messages: 16 snapshots
+    assert events.count("accepted") == 4
+    assert verdicts == [Verdict.ACK] * 4
+    assert counting.queries == 1
+    assert store.count_evaluations() == 32
 
 
 def test_a_bad_item_does_not_take_its_batch_down(store: Store) -> None:
