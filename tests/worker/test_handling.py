@@ -325,8 +325,8 @@ class _QueryCounting(CountingStore):
 
 
 def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> None:
-    """Four backfill messages of 8: other ready callbacks run after the first 16 snapshots are
-    accepted (not after all 32), and the micro-batch still asks skip-if-done once."""
+    """Four backfill messages of 8: the first 16 snapshots are accepted at once, other ready
+    callbacks run before the next 16 (not after all 32), and skip-if-done is asked once."""
     counting = _QueryCounting(store)
     rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
     batches = [[s.wire() for s in _snapshots(8, f"slice{i}")] for i in range(4)]
@@ -334,6 +334,7 @@ def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> N
 
     async def submit_all() -> list[Verdict]:
         futures = _Watched(rt, events).submit([_evaluate(b, Lane.BACKFILL) for b in batches])
+        events.append("submitted")  # the first slice is accepted before submit returns
         asyncio.get_running_loop().call_soon(events.append, "other callback")
         return list(await asyncio.gather(*futures))
 
@@ -343,7 +344,8 @@ def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> N
     finally:
         rt.close()
     assert handling.ACCEPT_SLICE == 16
-    assert events.index("other callback") == 2  # after two messages: 16 snapshots
+    assert events.index("submitted") == 2  # two messages, 16 snapshots, at once
+    assert events.index("other callback") == 3  # before the second slice
     assert events.count("accepted") == 4
     assert verdicts == [Verdict.ACK] * 4
     assert counting.queries == 1
