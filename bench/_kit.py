@@ -543,6 +543,20 @@ def cpu_seconds(pid: int) -> float:
     return sum(_own_cpu_s(p) for p in process_tree(pid))
 
 
+def cpu_seconds_matching(cmdline_part: bytes, *, parent: int | None = None) -> float:
+    """CPU seconds so far (descendants included) of this machine's processes whose command line
+    contains ``cmdline_part``; with ``parent``, only that process's children."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):  # a process that just ended
+            if not entry.name.isdigit() or cmdline_part not in (entry / "cmdline").read_bytes():
+                continue
+            stat = (entry / "stat").read_text()
+            if parent is None or int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                total += cpu_seconds(int(entry.name))
+    return total
+
+
 def drain_cpu(path: Path, count: int, worker: Worker, timeout_s: float) -> float:
     """Wait for ``count`` records; the worker's CPU use (cores) between 10% and 90% of them.
 

@@ -45,7 +45,7 @@ from bench._kit import (
     API_KEY,
     Bench,
     Row,
-    cpu_seconds,
+    cpu_seconds_matching,
     load_average,
     main_for,
     snapshots,
@@ -55,10 +55,7 @@ from bench.lanes import FULL as LANE_SIZES
 from bench.lanes import HEADLINE_C, X0_OVER_N, Lanes
 from bench.lanes import QUICK as QUICK_LANE_SIZES
 from producer import Lane
-from producer.snapshot import EVALUATE_TASK
 from worker import runtime
-from worker.dead_letters import raw_bytes
-from worker.handling import Delivery, Handler
 from worker.judges import SyntheticJudge
 from worker.runtime import Runtime
 from worker.settings import Settings, load_settings
@@ -66,7 +63,7 @@ from worker.store import open_store
 
 __all__ = ["main", "run"]
 
-GROUP = 64
+GROUP = store_writes.GROUP
 """Deliveries handed to the handler at once (a micro-batch of a loaded consumer)."""
 JUDGES = ("systemone", "synthetic")
 EXPECTED_X0_PER_S = 700.0
@@ -83,25 +80,7 @@ class PathCost:
 
 def _stand_in_cpu_s() -> float:
     """CPU seconds so far of the judge stand-ins this process started (their own processes)."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):  # one that just ended
-            if not entry.name.isdigit():
-                continue
-            stat = (entry / "stat").read_text()
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if (
-                parent == os.getpid()
-                and b"worker.judges.testing" in (entry / "cmdline").read_bytes()
-            ):
-                total += cpu_seconds(int(entry.name))
-    return total
-
-
-def _deliveries(count: int, tag: str) -> list[Delivery]:
-    """Live deliveries of ``count`` base-trace snapshots, one per message, as a consumer reads."""
-    wires = [s.wire() for s in snapshots(count, tag)]
-    return [Delivery(EVALUATE_TASK, (w,), {}, Lane.LIVE, raw_bytes(w)) for w in wires]
+    return cpu_seconds_matching(b"worker.judges.testing", parent=os.getpid())
 
 
 def _settings(judge_url: str) -> Settings:
@@ -121,8 +100,7 @@ def _runtime(settings: Settings, judge: str, store_url: str) -> Iterator[Runtime
         injected = SyntheticJudge() if judge == "synthetic" else None
         rt = Runtime(settings, store=store, judge=injected)
         try:
-            with runtime.use(rt):
-                yield rt
+            yield rt
         finally:
             rt.close()
 
@@ -130,15 +108,14 @@ def _runtime(settings: Settings, judge: str, store_url: str) -> Iterator[Runtime
 def path_once(settings: Settings, judge: str, count: int, tag: str) -> PathCost:
     """Hand ``count`` live deliveries to a fresh runtime, ``GROUP`` at a time; CPU per evaluation
     of this process (the first group, the warm-up, not counted)."""
-    deliveries = _deliveries(count, tag)
+    deliveries = [store_writes.delivery(s.wire(), Lane.LIVE) for s in snapshots(count, tag)]
     with (
         tempfile.TemporaryDirectory() as directory,
         _runtime(settings, judge, f"sqlite:///{Path(directory) / 'path.db'}") as rt,
     ):
-        rt.call(Handler(rt).handle(deliveries[:GROUP]), timeout_s=120.0)
+        store_writes.handle_all(rt, deliveries[:GROUP])
         started, stand_in = time.process_time(), _stand_in_cpu_s()
-        for start in range(GROUP, len(deliveries), GROUP):
-            rt.call(Handler(rt).handle(deliveries[start : start + GROUP]), timeout_s=120.0)
+        store_writes.handle_all(rt, deliveries[GROUP:])
         cpu_s, stand_in_s = time.process_time() - started, _stand_in_cpu_s() - stand_in
     measured = len(deliveries) - GROUP
     return PathCost(cpu_s * 1e6 / measured, stand_in_s * 1e6 / measured)

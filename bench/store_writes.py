@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._kit import Row, cpu_seconds, fresh_postgres, load_average, snapshots, table
+from bench._kit import Row, cpu_seconds_matching, fresh_postgres, load_average, snapshots, table
 from producer import Lane
 from producer.snapshot import EVALUATE_TASK
 from worker import runtime
@@ -53,7 +53,7 @@ from worker.store import _batch as batch_writes
 from worker.store import _writes as single_writes
 from worker.store._batch import EvaluationItem
 
-__all__ = ["capture", "main", "run"]
+__all__ = ["capture", "delivery", "handle_all", "main", "run"]
 
 GROUP = 64
 """Evaluations per ``record_evaluations`` call: a backfill's group commit at full load."""
@@ -98,17 +98,19 @@ def capture(count: int) -> list[EvaluationItem]:
         settings = load_settings(concurrency=GROUP, processes=1)
         rt = Runtime(settings, store=recording, judge=SyntheticJudge())  # type: ignore[arg-type]
         try:
-            _handle_all(rt, [_delivery(s.wire()) for s in snapshots(count, "store-writes")])
+            handle_all(rt, [delivery(s.wire()) for s in snapshots(count, "store-writes")])
         finally:
             rt.close()
     return recording.items
 
 
-def _delivery(item: dict[str, Any]) -> Delivery:
-    return Delivery(EVALUATE_TASK, (item,), {}, Lane.BACKFILL, raw_bytes(item))
+def delivery(item: dict[str, Any], lane: Lane = Lane.BACKFILL) -> Delivery:
+    """One snapshot's message as a consumer reads it."""
+    return Delivery(EVALUATE_TASK, (item,), {}, lane, raw_bytes(item))
 
 
-def _handle_all(rt: Runtime, deliveries: list[Delivery]) -> None:
+def handle_all(rt: Runtime, deliveries: Sequence[Delivery]) -> None:
+    """Hand ``deliveries`` to ``rt``'s message path ``GROUP`` at a time, each group to the end."""
     with runtime.use(rt):
         for start in range(0, len(deliveries), GROUP):
             rt.call(Handler(rt).handle(deliveries[start : start + GROUP]), timeout_s=120.0)
@@ -172,13 +174,7 @@ def _server_cpu_s(url: str) -> float:
     (0 for SQLite: the writing thread does all of its work)."""
     if not url.startswith("postgresql"):
         return 0.0
-    database = url.rsplit("/", 1)[-1].encode()
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):  # a process that just ended
-            if entry.name.isdigit() and database in (entry / "cmdline").read_bytes():
-                total += cpu_seconds(int(entry.name))
-    return total
+    return cpu_seconds_matching(url.rsplit("/", 1)[-1].encode())
 
 
 def _database_bytes(store: Store, url: str) -> float:
