@@ -163,10 +163,13 @@ class _SqliteTx:
         for start in range(0, len(rows), per):
             chunk = rows[start : start + per]
             text, _ = _positional(sql, len(chunk))
-            values = [row[n] for row in chunk for n in names]
-            for i, value in enumerate(values):
-                if isinstance(value, datetime):  # the only type that needs adapting
-                    values[i] = _sqlite_value(value)
+            # datetime is the only type that needs adapting; an exact-type test inline, not a
+            # call per value: a per-value isinstance loop was ~10% of the store thread's CPU.
+            values = [
+                _sqlite_value(v) if type(v) is datetime else v
+                for row in chunk
+                for v in map(row.__getitem__, names)
+            ]
             self._conn.execute(text, values)
 
     def lock(self, *keys: str) -> None:
