@@ -35,6 +35,9 @@ What happens to an item (one snapshot; a backfill message holds several):
   racing this one writes nothing new). Records of the synthetic judge say ``synthetic``. Once a
   record has committed (and only when this delivery created it), its metric results go to the
   event sink, if any, as ``gen_ai.evaluation.result`` events (:mod:`worker.otel_events`).
+- An unexpected error (a bug, not a refusal) while accepting a message, or in its
+  micro-batch's skip-if-done step → the whole message is an ``INTERNAL_ERROR`` dead letter with
+  its raw bytes (:meth:`Handler._give_up`), never a message left without a verdict.
 - An outcome event whose ``event_id`` is already stored with other content → the stored one is
   kept, the new one becomes an ``OUTCOME_CONFLICT`` dead letter; an identical resend is a no-op.
 
@@ -441,6 +444,7 @@ class _Message:
     jobs: list[_Job] = field(default_factory=list)
     writes: list[asyncio.Future[Any]] = field(default_factory=list)
     sends: tuple[SendRecord, ...] = ()  # written with its first evaluation, or alone
+    watched: bool = False  # its verdict follows its writes (_settle_when_written was called)
 
     def take_sends(self) -> tuple[SendRecord, ...]:
         """The sends not yet handed to the committer (each message hands them over once)."""
@@ -484,22 +488,52 @@ class Handler:
         other callbacks (judge replies, slot hand-overs, commits) between slices, while the
         whole micro-batch still shares one skip-if-done query.
         """
-        while start < len(messages):
-            await asyncio.sleep(0)  # let the loop run what is ready
-            start = self._accept_slice(messages, start)
-        await self._evaluate_all([m for m in messages if m.jobs])
+        try:
+            while start < len(messages):
+                await asyncio.sleep(0)  # let the loop run what is ready
+                start = self._accept_slice(messages, start)
+            await self._evaluate_all([m for m in messages if m.jobs])
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave messages without verdicts
+            _log.error("handler failed (%s)", type(exc).__name__)
+            for message in messages:
+                if not message.watched:
+                    self._give_up(message, exc)
 
     def _accept_slice(self, messages: list[_Message], start: int) -> int:
         """Accept messages from ``start`` until ``ACCEPT_SLICE`` snapshots are; the next index."""
         accepted = 0
         while start < len(messages) and accepted < ACCEPT_SLICE:
             message = messages[start]
-            self._accept(message)
+            try:
+                self._accept(message)
+            except Exception as exc:  # noqa: BLE001 - a bug must not stall the micro-batch
+                self._give_up(message, exc)
+                start += 1
+                continue
             accepted += max(1, len(message.jobs))
             if not message.jobs:
                 self._settle_when_written(message)
             start += 1
         return start
+
+    def _give_up(self, message: _Message, exc: Exception) -> None:
+        """An unexpected error (a bug, not a refusal) while handling ``message``: the whole
+        message becomes an ``INTERNAL_ERROR`` dead letter with its raw bytes (kept for redrive),
+        rather than staying without a verdict — held, its lease renewed, until a restart.
+
+        Evaluations of it already under way still finish and are recorded (a redrive then
+        finds them done); if even the dead letter cannot be scheduled, the message is requeued.
+        """
+        _log.error(
+            "message dead-lettered: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__
+        )
+        message.jobs.clear()
+        message.sends = ()
+        try:
+            self._dead_letter(message, DeadLetterCode.INTERNAL_ERROR, message.delivery.raw)
+        except Exception:  # noqa: BLE001 - the last resort: the broker keeps it
+            _settle(message.verdict, Verdict.REQUEUE)
+        self._settle_when_written(message)
 
     # -- accepting ------------------------------------------------------------------------------
 
@@ -707,6 +741,7 @@ class Handler:
     def _settle_when_written(self, message: _Message) -> None:
         """The verdict once every write of the message is done: ACK, or REQUEUE (store trouble,
         an evaluation not started before a warm shutdown)."""
+        message.watched = True
         if message.verdict.done():
             return
         if not message.writes:

@@ -368,6 +368,55 @@ def test_a_bad_item_does_not_take_its_batch_down(store: Store) -> None:
     assert b"no-such-unit" in dead.payload
 
 
+def test_a_bug_while_accepting_dead_letters_that_message_alone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error accepting one message: it is an INTERNAL_ERROR dead letter with its
+    raw bytes, and the rest of its micro-batch is still evaluated (nothing left unsettled)."""
+    good = [s.wire() for s in _snapshots(2, "bug-ok")]
+    bad = _snapshots(1, "bug-bad")[0].wire()
+    items = handling._items
+
+    def buggy(payload: Any) -> list[Any]:
+        if payload == bad:
+            raise RuntimeError("a bug")
+        return items(payload)
+
+    monkeypatch.setattr(handling, "_items", buggy)
+    deliveries = [_evaluate(good[0]), _evaluate(bad), _evaluate(good[1])]
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    try:
+        verdicts = _handle(rt, deliveries, timeout_s=10.0)
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK] * 3
+    assert store.count_evaluations() == 2
+    (dead,) = store.open_dead_letters()
+    assert (dead.reason, dead.payload) == ("INTERNAL_ERROR", deliveries[1].raw)
+
+
+def test_a_bug_after_accepting_dead_letters_every_unsettled_message(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error in the micro-batch's skip-if-done step: each of its messages is an
+    INTERNAL_ERROR dead letter (kept for redrive) and gets its verdict, none is held."""
+    deliveries = [_evaluate(s.wire()) for s in _snapshots(3, "bug-after")]
+
+    async def broken(self: Handler, evaluation_ids: list[str]) -> frozenset[str]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Handler, "_existing", broken)
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    try:
+        verdicts = _handle(rt, deliveries, timeout_s=10.0)
+    finally:
+        rt.close()
+    assert verdicts == [Verdict.ACK] * 3
+    assert store.count_evaluations() == 0
+    dead = sorted((d.reason, d.payload) for d in store.open_dead_letters())
+    assert dead == sorted(("INTERNAL_ERROR", d.raw) for d in deliveries)
+
+
 def test_deep_nesting_is_one_dead_letter_not_a_crash(store: Store) -> None:
     """An item nested 400 deep: SCHEMA_INVALID for it alone, its sibling recorded."""
     deep: Any = "x"
