@@ -116,6 +116,15 @@ def _handle(rt: Runtime, deliveries: list[Delivery], timeout_s: float = 30.0) ->
         return rt.call(Handler(rt).handle(deliveries), timeout_s=timeout_s)
 
 
+def _handle_synthetic(store: Store, deliveries: list[Delivery]) -> list[Verdict]:
+    """Handle ``deliveries`` on a fresh runtime with the synthetic judge (10 s at most)."""
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    try:
+        return _handle(rt, deliveries, timeout_s=10.0)
+    finally:
+        rt.close()
+
+
 def _snapshots(count: int, prefix: str) -> list[Snapshot]:
     return variants(example_snapshots()["order-42"], count, prefix)
 
@@ -384,12 +393,7 @@ def test_a_bug_while_accepting_dead_letters_that_message_alone(
 
     monkeypatch.setattr(handling, "_items", buggy)
     deliveries = [_evaluate(good[0]), _evaluate(bad), _evaluate(good[1])]
-    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
-    try:
-        verdicts = _handle(rt, deliveries, timeout_s=10.0)
-    finally:
-        rt.close()
-    assert verdicts == [Verdict.ACK] * 3
+    assert _handle_synthetic(store, deliveries) == [Verdict.ACK] * 3
     assert store.count_evaluations() == 2
     (dead,) = store.open_dead_letters()
     assert (dead.reason, dead.payload) == ("INTERNAL_ERROR", deliveries[1].raw)
@@ -406,12 +410,7 @@ def test_a_bug_after_accepting_dead_letters_every_unsettled_message(
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(Handler, "_existing", broken)
-    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
-    try:
-        verdicts = _handle(rt, deliveries, timeout_s=10.0)
-    finally:
-        rt.close()
-    assert verdicts == [Verdict.ACK] * 3
+    assert _handle_synthetic(store, deliveries) == [Verdict.ACK] * 3
     assert store.count_evaluations() == 0
     dead = sorted((d.reason, d.payload) for d in store.open_dead_letters())
     assert dead == sorted(("INTERNAL_ERROR", d.raw) for d in deliveries)

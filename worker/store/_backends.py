@@ -163,8 +163,8 @@ class _SqliteTx:
         for start in range(0, len(rows), per):
             chunk = rows[start : start + per]
             text, _ = _positional(sql, len(chunk))
-            # datetime is the only type that needs adapting; an exact-type test inline, not a
-            # call per value: a per-value isinstance loop was ~10% of the store thread's CPU.
+            # datetime is the only type that needs adapting; an exact-type test inline instead of
+            # an isinstance call per value (alternating writes: 1-22% less of the thread's CPU).
             values = [
                 _sqlite_value(v) if type(v) is datetime else v
                 for row in chunk
