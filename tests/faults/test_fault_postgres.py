@@ -41,6 +41,7 @@ from tests.store._store_helpers import evaluation_record, snapshot_record
 from worker.judges.testing import JudgeServer
 from worker.store import Store, open_store
 from worker.store._backends import SqliteBackend, Tx
+from worker.store._turns import Turn
 
 pytestmark = pytest.mark.services
 
@@ -215,8 +216,8 @@ class _FailingBackend(SqliteBackend):
         self.faults = faults
 
     @contextmanager
-    def transaction(self, *, write: bool, bulk: bool = False) -> Iterator[Tx]:
-        with super().transaction(write=write, bulk=bulk) as tx:
+    def transaction(self, *, write: bool, turn: Turn = Turn.URGENT) -> Iterator[Tx]:
+        with super().transaction(write=write, turn=turn) as tx:
             yield cast(Tx, _FailingTx(tx, self.faults))
 
 

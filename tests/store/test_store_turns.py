@@ -20,7 +20,7 @@ import pytest
 from tests.store._store_helpers import evaluation_record, snapshot_record
 from worker.store import EvaluationRecord, SnapshotRecord, Store, TransientStoreError, open_store
 from worker.store._backends import SQLITE_BULK_ROWS, SQLITE_BULK_ROWS_BESIDE_URGENT
-from worker.store._turns import WriterTurns
+from worker.store._turns import Turn, WriterTurns
 
 _WAIT_S = 5.0
 
@@ -53,7 +53,7 @@ def _turn_order(db: Path) -> list[str]:
     release = threading.Event()
 
     def writer(name: str, *, bulk: bool, hold: threading.Event | None = None) -> None:
-        with turns.turn(bulk=bulk):
+        with turns.turn(Turn.BULK if bulk else Turn.URGENT):
             order.append(name)
             if hold is not None:
                 hold.wait(_WAIT_S)
@@ -86,7 +86,8 @@ def _holder(db: Path) -> subprocess.Popen[bytes]:
     code = (
         "import sys, time; from pathlib import Path; from worker.store._turns import WriterTurns\n"
         "turns = WriterTurns(Path(sys.argv[1]), timeout_s=5)\n"
-        "with turns.turn(bulk=False):\n"
+        "from worker.store._turns import Turn\n"
+        "with turns.turn(Turn.URGENT):\n"
         "    print('held', flush=True); time.sleep(60)\n"
     )
     process = subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE)
@@ -104,14 +105,14 @@ def test_a_turn_held_elsewhere_times_out_then_is_freed_by_the_holders_death(
     turns = WriterTurns(db, timeout_s=0.2)
     try:
         started = time.monotonic()
-        with pytest.raises(TransientStoreError) as busy, turns.turn(bulk=False):
+        with pytest.raises(TransientStoreError) as busy, turns.turn(Turn.URGENT):
             pass
         assert busy.value.code == "STORE_BUSY"
         assert 0.2 <= time.monotonic() - started < 2.0
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(_WAIT_S)
-    with turns.turn(bulk=True):
+    with turns.turn(Turn.BULK):
         assert not _urgent_held(db)  # the failed urgent writer let go of its shared lock too
     turns.close()
 
@@ -124,7 +125,7 @@ def test_a_bulk_writer_waits_at_most_the_yield_bound(tmp_path: Path) -> None:
     fcntl.flock(stuck, fcntl.LOCK_SH)  # an urgent writer that queued and hangs
     try:
         started = time.monotonic()
-        with turns.turn(bulk=True):
+        with turns.turn(Turn.BULK):
             waited_s = time.monotonic() - started
     finally:
         os.close(stuck)
@@ -157,9 +158,9 @@ def _batch_transactions(store: Store, prefix: str, size: int) -> int:
     real = backend.transaction
     taken: list[bool] = []
 
-    def counted(*, write: bool, bulk: bool = False) -> Any:
-        taken.extend([True] if write and bulk else [])
-        return real(write=write, bulk=bulk)
+    def counted(*, write: bool, turn: Turn = Turn.URGENT) -> Any:
+        taken.extend([True] if write and turn is Turn.BULK else [])
+        return real(write=write, turn=turn)
 
     snapshots = [snapshot_record(f"{prefix}-{i}") for i in range(size)]
     items: list[tuple[EvaluationRecord, SnapshotRecord | None]] = [
@@ -179,7 +180,6 @@ def test_a_batch_written_beside_live_writers_takes_smaller_transactions(tmp_path
     record's write, 4, so the live lane waits behind less."""
     db = tmp_path / "store.db"
     with open_store(f"sqlite:///{db}") as store:
-        os.utime(f"{db}-urgent", (0, 0))  # the schema's creation took a single-record turn
         assert _batch_transactions(store, "quiet", 32) == 32 // SQLITE_BULK_ROWS
         live = snapshot_record("live-1")
         store.record_evaluations([(evaluation_record(live.snapshot_id), live)], urgent=True)
@@ -187,15 +187,27 @@ def test_a_batch_written_beside_live_writers_takes_smaller_transactions(tmp_path
 
 
 def test_only_an_urgent_turn_marks_urgent_writers_as_recent(tmp_path: Path) -> None:
-    """A fresh file is not a recent urgent write, a bulk turn is not one, an urgent turn is."""
+    """A fresh file is not a recent urgent write, a bulk or plain turn is not one, an urgent
+    turn is."""
     turns = WriterTurns(tmp_path / "store.db", timeout_s=_WAIT_S)
     try:
         assert not turns.urgent_recently()
-        with turns.turn(bulk=True):
+        with turns.turn(Turn.BULK):
+            pass
+        with turns.turn(Turn.PLAIN):
             pass
         assert not turns.urgent_recently()
-        with turns.turn(bulk=False):
+        with turns.turn(Turn.URGENT):
             pass
         assert turns.urgent_recently()
     finally:
         turns.close()
+
+
+def test_schema_and_checkpoints_leave_a_batch_its_full_transactions(tmp_path: Path) -> None:
+    """The schema's creation and a backfill's checkpoints are plain writes: a batch written right
+    after them still takes 16 evaluations per transaction (they are no live writers)."""
+    with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        store.record_checkpoint("backfill-1", "traces.jsonl", 500, 500)
+        store.record_checkpoint("backfill-1", "traces.jsonl", 1000, 1000)
+        assert _batch_transactions(store, "after-checkpoints", 32) == 32 // SQLITE_BULK_ROWS

@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from ._errors import PermanentStoreError, StoreCode, TransientStoreError
-from ._turns import WriterTurns
+from ._turns import Turn, WriterTurns
 
 __all__ = [
     "SQLITE_BULK_ROWS",
@@ -91,10 +91,11 @@ class Backend(Protocol):
         """Reach the database once, without retries: raises (driver errors) within seconds."""
         ...
 
-    def transaction(self, *, write: bool, bulk: bool = False) -> AbstractContextManager[Tx]:
+    def transaction(self, *, write: bool, turn: Turn = Turn.URGENT) -> AbstractContextManager[Tx]:
         """A transaction that commits when the block ends normally and rolls back otherwise.
 
-        ``bulk`` marks a batch write that may wait for single-record writers to go first.
+        ``turn`` says how a write takes its turn among the writers (:class:`Turn`: a batch may
+        wait for single-record writers to go first).
         """
         ...
 
@@ -291,14 +292,14 @@ class SqliteBackend:
         return SQLITE_BULK_ROWS
 
     @contextmanager
-    def transaction(self, *, write: bool, bulk: bool = False) -> Iterator[Tx]:
+    def transaction(self, *, write: bool, turn: Turn = Turn.URGENT) -> Iterator[Tx]:
         """``BEGIN IMMEDIATE`` in a writer turn for writes (``worker.store._turns``), deferred
         ``BEGIN`` for reads; each waits up to the busy timeout."""
         if not write:
             with self._transaction(write=False) as tx:
                 yield tx
             return
-        with self._turns.turn(bulk=bulk), self._transaction(write=True) as tx:
+        with self._turns.turn(turn), self._transaction(write=True) as tx:
             yield tx
 
     @contextmanager
@@ -494,12 +495,12 @@ class PostgresBackend:
             return self._pool
 
     @contextmanager
-    def transaction(self, *, write: bool, bulk: bool = False) -> Iterator[Tx]:
+    def transaction(self, *, write: bool, turn: Turn = Turn.URGENT) -> Iterator[Tx]:
         """``BEGIN [READ ONLY]`` … ``COMMIT`` on a pooled connection (READ COMMITTED).
 
-        ``bulk`` changes nothing here: PostgreSQL has no single write lock to take turns at.
+        ``turn`` changes nothing here: PostgreSQL has no single write lock to take turns at.
         """
-        del bulk
+        del turn
         with self._current_pool().connection() as conn:
             conn.read_only = not write
             with conn.transaction():

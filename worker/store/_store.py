@@ -95,6 +95,7 @@ from ._records import (
     evaluation_id_for,
 )
 from ._schema import migrate, schema_is_current
+from ._turns import Turn
 from ._url import SETTING, PostgresTarget, parse_store_url
 from ._writes import (
     write_checkpoint,
@@ -124,6 +125,11 @@ def _bulk_write(
         return write_evaluations(tx, batch, now)
 
     return work
+
+
+def _turn_of(urgent: bool) -> Turn:
+    """A batch's turn: urgent (live records) or bulk."""
+    return Turn.URGENT if urgent else Turn.BULK
 
 
 def _now() -> datetime:
@@ -171,9 +177,9 @@ class Store:
             wait_jitter=0.1,
         )
 
-    def _run(self, work: Callable[[Tx], T], *, write: bool = True, bulk: bool = False) -> T:
+    def _run(self, work: Callable[[Tx], T], *, write: bool = True, turn: Turn = Turn.URGENT) -> T:
         for attempt in self._retrying(_retry_here):
-            with attempt, translating(), self._backend.transaction(write=write, bulk=bulk) as tx:
+            with attempt, translating(), self._backend.transaction(write=write, turn=turn) as tx:
                 return work(tx)
         raise AssertionError("unreachable: stamina re-raises after the last attempt")
 
@@ -200,7 +206,7 @@ class Store:
         """
         dialect = self._backend.dialect
         try:
-            return self._run(lambda tx: migrate(tx, dialect))
+            return self._run(lambda tx: migrate(tx, dialect), turn=Turn.PLAIN)
         except PermanentStoreError as exc:
             if exc.code != StoreCode.STORE_PERMISSION_DENIED:
                 raise
@@ -262,12 +268,12 @@ class Store:
         written: list[Written] = []
         pending = tuple(sends)
         if not items and pending:
-            self._run(lambda tx: write_sends(tx, pending, _now()), bulk=not urgent)
+            self._run(lambda tx: write_sends(tx, pending, _now()), turn=_turn_of(urgent))
         start = 0
         while start < len(items):
             size = self._backend.bulk_rows(urgent=urgent) or len(items)  # per part: live may start
             batch = prepare_evaluations(items[start : start + size])  # rows built before the lock
-            written.extend(self._run(_bulk_write(batch, pending), bulk=not urgent))
+            written.extend(self._run(_bulk_write(batch, pending), turn=_turn_of(urgent)))
             pending = ()  # with the first transaction only
             start += size
         return written
@@ -304,7 +310,7 @@ class Store:
             enqueued=enqueued,
             recorded_at=_now(),
         )
-        self._run(lambda tx: write_checkpoint(tx, checkpoint))
+        self._run(lambda tx: write_checkpoint(tx, checkpoint), turn=Turn.PLAIN)
         return checkpoint
 
     def record_tally(self, tally: TallyRecord) -> Written:
@@ -313,7 +319,7 @@ class Store:
         ``created`` is False when every row was already stored (a redelivered tally).
         """
         now = _now()
-        written = self._run(lambda tx: write_tally(tx, tally, now))
+        written = self._run(lambda tx: write_tally(tx, tally, now), turn=Turn.PLAIN)
         return Written(tally.tally_id, created=written > 0)
 
     def record_sends(self, sends: Sequence[SendRecord]) -> int:
@@ -345,7 +351,8 @@ class Store:
         if before > now:
             raise ValueError("before must not be in the future")
         dialect = self._backend.dialect
-        return self._run(lambda tx: write_purge(tx, before.astimezone(UTC), now, dialect))
+        horizon = before.astimezone(UTC)
+        return self._run(lambda tx: write_purge(tx, horizon, now, dialect), turn=Turn.PLAIN)
 
     # --- reads -----------------------------------------------------------------------------
 
