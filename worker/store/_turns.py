@@ -57,6 +57,7 @@ YIELD_MAX_S = 1.0
 URGENT_RECENT_S = 2.0
 """How long after an urgent write batch writers keep writing small transactions."""
 _POLL_MIN_S = 0.0001
+_POLL_MAX_S = 0.001
 
 
 class Turn(enum.Enum):
@@ -69,9 +70,6 @@ class Turn(enum.Enum):
     """A single write nobody waits on (schema, checkpoint, tally, purge): takes the turn alone."""
     BULK = "bulk"
     """A batch: yields to urgent writers first (for at most :data:`YIELD_MAX_S`)."""
-
-
-_POLL_MAX_S = 0.001
 
 
 def _flock(fd: int, operation: int, deadline_s: float) -> bool:
