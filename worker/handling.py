@@ -498,18 +498,14 @@ class Handler:
             for message in messages:
                 if not message.watched:
                     self._give_up(message, exc)
+                    self._settle_when_written(message)
 
     def _accept_slice(self, messages: list[_Message], start: int) -> int:
         """Accept messages from ``start`` until ``ACCEPT_SLICE`` snapshots are; the next index."""
         accepted = 0
         while start < len(messages) and accepted < ACCEPT_SLICE:
             message = messages[start]
-            try:
-                self._accept(message)
-            except Exception as exc:  # noqa: BLE001 - a bug must not stall the micro-batch
-                self._give_up(message, exc)
-                start += 1
-                continue
+            self._accept(message)
             accepted += max(1, len(message.jobs))
             if not message.jobs:
                 self._settle_when_written(message)
@@ -523,6 +519,7 @@ class Handler:
 
         Evaluations of it already under way still finish and are recorded (a redrive then
         finds them done); if even the dead letter cannot be scheduled, the message is requeued.
+        The caller settles the message once its writes are done, as for any other.
         """
         _log.error(
             "message dead-lettered: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__
@@ -533,18 +530,16 @@ class Handler:
             self._dead_letter(message, DeadLetterCode.INTERNAL_ERROR, message.delivery.raw)
         except Exception:  # noqa: BLE001 - the last resort: the broker keeps it
             _settle(message.verdict, Verdict.REQUEUE)
-        self._settle_when_written(message)
 
     # -- accepting ------------------------------------------------------------------------------
 
     def _accept(self, message: _Message) -> None:
         """Route by task name; refusals become dead-letter writes, evaluations become jobs."""
         delivery = message.delivery
-        if delivery.refused is not None:
-            self._dead_letter(message, delivery.refused, delivery.raw)
-            return
         try:
-            if delivery.task == EVALUATE_TASK:
+            if delivery.refused is not None:
+                self._dead_letter(message, delivery.refused, delivery.raw)
+            elif delivery.task == EVALUATE_TASK:
                 self._accept_items(message, _items(_one_argument(delivery)))
             elif delivery.task == REEVALUATE_TASK:
                 self._accept_items(message, _items(_one_argument(delivery)), retry=True)
@@ -559,6 +554,8 @@ class Handler:
                 raise RefusedError(DeadLetterCode.UNKNOWN_TASK)  # noqa: TRY301 - one path
         except RefusedError as refused:
             self._dead_letter(message, refused.code, delivery.raw)
+        except Exception as exc:  # noqa: BLE001 - a bug must not stall the micro-batch
+            self._give_up(message, exc)
 
     def _accept_items(self, message: _Message, items: list[Any], *, retry: bool = False) -> None:
         lane = message.delivery.lane

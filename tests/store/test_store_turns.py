@@ -52,20 +52,20 @@ def _turn_order(db: Path) -> list[str]:
     order: list[str] = []
     release = threading.Event()
 
-    def writer(name: str, *, bulk: bool, hold: threading.Event | None = None) -> None:
-        with turns.turn(Turn.BULK if bulk else Turn.URGENT):
+    def writer(name: str, *, kind: Turn, hold: threading.Event | None = None) -> None:
+        with turns.turn(kind):
             order.append(name)
             if hold is not None:
                 hold.wait(_WAIT_S)
 
-    held = {"bulk": True, "hold": release}
+    held = {"kind": Turn.BULK, "hold": release}
     first = threading.Thread(target=writer, args=("holder",), kwargs=held)
     first.start()
     _until(lambda: order == ["holder"], "the first turn")
-    urgent = threading.Thread(target=writer, args=("urgent",), kwargs={"bulk": False})
+    urgent = threading.Thread(target=writer, args=("urgent",), kwargs={"kind": Turn.URGENT})
     urgent.start()
     _until(lambda: _urgent_held(db), "the urgent writer to queue")
-    bulk = threading.Thread(target=writer, args=("bulk",), kwargs={"bulk": True})
+    bulk = threading.Thread(target=writer, args=("bulk",), kwargs={"kind": Turn.BULK})
     bulk.start()
     time.sleep(0.05)  # the bulk writer is now yielding (or, if broken, queued for the lock)
     release.set()
@@ -84,9 +84,9 @@ def test_a_waiting_urgent_writer_goes_before_a_waiting_bulk_writer(tmp_path: Pat
 def _holder(db: Path) -> subprocess.Popen[bytes]:
     """Another process that takes a writer turn on ``db`` and keeps it until killed."""
     code = (
-        "import sys, time; from pathlib import Path; from worker.store._turns import WriterTurns\n"
+        "import sys, time; from pathlib import Path\n"
+        "from worker.store._turns import Turn, WriterTurns\n"
         "turns = WriterTurns(Path(sys.argv[1]), timeout_s=5)\n"
-        "from worker.store._turns import Turn\n"
         "with turns.turn(Turn.URGENT):\n"
         "    print('held', flush=True); time.sleep(60)\n"
     )
