@@ -6,7 +6,9 @@
 - :func:`read_snapshots`: read a trace file (OpenAI chat JSONL and the other importers' formats).
 - :class:`Producer`: publish snapshots (live lane, or batched on the backfill lane), outcome
   events and sampling tallies to the broker; it never imports worker tasks. Live apps call
-  ``Producer.submit`` (sampled, buffered, never blocking or raising).
+  ``Producer.submit`` (sampled, buffered, never blocking or raising). On RabbitMQ every send is
+  confirmed and mandatory: :class:`UnroutableError` when a lane queue cannot be routed to even
+  after declaring it again (``producer._confirms``).
 - :class:`Sampler` / :class:`SamplingRule`: deterministic per-slice sampling with counts of what
   was left out.
 - :func:`observe`: capture one OpenAI/Anthropic SDK agent invocation and submit its snapshot.
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
         send_outcomes,
         store_counts,
     )
+    from ._confirms import UnroutableError
     from ._observer import observe
     from ._producer import Producer
     from ._reader import ImportErrorReport, InvalidTraceError, RejectedLine, read_snapshots
@@ -85,6 +88,7 @@ __all__ = [
     "SamplingRule",
     "SamplingTally",
     "Snapshot",
+    "UnroutableError",
     "WindowViolation",
     "backfill_id_for",
     "expand_paths",
@@ -113,6 +117,7 @@ _LAZY = {
     "run_backfill": "._backfill",
     "send_outcomes": "._backfill",
     "store_counts": "._backfill",
+    "UnroutableError": "._confirms",
     "observe": "._observer",
     "Producer": "._producer",
     "ImportErrorReport": "._reader",

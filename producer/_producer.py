@@ -35,13 +35,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, NamedTuple, Self, TypeVar
 
 from celery import Celery
 from celery.utils.nodenames import anon_nodename
 from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
 from kombu.utils.json import dumps as json_dumps
 
+from ._confirms import UnroutableError, confirming, returned, watch_returns, with_confirms
 from ._sampling import Sampler
 from ._submitter import LiveSubmitter, RetryPolicy, SubmitterStats
 from .snapshot import (
@@ -127,7 +128,7 @@ def _celery(broker_url: str, transport_options: Mapping[str, Any], **extra: Any)
     conf: dict[str, Any] = {
         "broker_url": broker_url,
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": dict(transport_options),
+        "broker_transport_options": with_confirms(broker_url, transport_options),
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -171,6 +172,18 @@ def _install_encoder() -> None:
 
 
 _install_encoder()
+
+
+class _Message(NamedTuple):
+    """One task message as :meth:`Producer._send` publishes it (and, if returned, again)."""
+
+    name: str
+    payload: Any
+    queue: str
+    label: str
+    task_id: str
+    serializer: str | None
+    declared: set[str] | None
 
 
 class OversizedSnapshotError(ValueError):
@@ -264,6 +277,7 @@ class Producer:
         self._live_app_lock = threading.Lock()  # apart: building an app must not hold up submit()
         self._closed = False
         self._ids = TaskIds()
+        self._confirms = confirming(broker_url)
 
     def _send(
         self,
@@ -281,23 +295,46 @@ class Producer:
 
         Celery re-checks the queue's declaration on every publish (kombu binds a copy of the
         queue to see its cache: 13% of a bulk backfill's publish time); the bulk paths declare
-        each queue once per send and skip the check after it.
+        each queue once per send and skip the check after it. On RabbitMQ the publish is
+        confirmed and mandatory (:mod:`producer._confirms`): a message returned because its
+        queue was deleted is sent again once the queue is declared again.
         """
-        options: dict[str, Any] = {"task_id": self._ids.next_id(), "origin": self._ids.origin}
-        if declared is not None:
-            if queue not in declared:
-                producer.maybe_declare((app or self._app).amqp.queues[queue])
+        app = app or self._app
+        task_id = self._ids.next_id()
+        with app.producer_or_acquire(producer) as publisher:
+            if declared is not None and queue not in declared:
+                publisher.maybe_declare(app.amqp.queues[queue])
                 declared.add(queue)
+            message = _Message(name, payload, queue, label, task_id, serializer, declared)
+            if not self._confirms:
+                self._publish_one(app, publisher, message)
+                return
+            watch_returns(publisher.channel)
+            self._publish_one(app, publisher, message, mandatory=True)
+            if returned(task_id):
+                self._declare_again(app, publisher, message)
+
+    def _declare_again(self, app: Celery, publisher: Any, message: _Message) -> None:
+        """Declare ``message``'s queue (deleted since this connection declared it), resend it."""
+        app.amqp.queues[message.queue].bind(publisher.channel).declare()
+        self._publish_one(app, publisher, message, mandatory=True)
+        if returned(message.task_id):
+            raise UnroutableError(f"queue {message.queue} cannot be routed to after declaring it")
+
+    def _publish_one(self, app: Celery, publisher: Any, message: _Message, **options: Any) -> None:
+        if message.declared is not None:
             options["declare"] = []
-        (app or self._app).send_task(
-            name,
-            args=(payload,),
-            queue=queue,
-            producer=producer,
-            argsrepr=label,
+        app.send_task(
+            message.name,
+            args=(message.payload,),
+            queue=message.queue,
+            producer=publisher,
+            argsrepr=message.label,
             kwargsrepr="{}",
             headers={ENQUEUED_AT_HEADER: time.time()},
-            serializer=serializer,
+            serializer=message.serializer,
+            task_id=message.task_id,
+            origin=self._ids.origin,
             **options,
         )
 
