@@ -1,39 +1,34 @@
-"""Publishing to RabbitMQ without losing a message: publisher confirms and mandatory routing.
+"""Publisher confirms and returned messages on RabbitMQ, streamed: publish many, wait once.
 
-Without them, a publish to RabbitMQ returns as soon as the frame is written: a message the
-broker then refuses (a full queue that rejects publishes, a broker going down) or cannot route
-is dropped with no error at the producer. Two cases matter to evalq:
+Without confirms a publish to RabbitMQ returns as soon as its frame is written: a message the
+broker then refuses (a queue at its length limit rejecting publishes) or cannot route (a lane
+queue deleted after this connection declared it: kombu remembers declarations and never
+declares it again) is dropped with no error anywhere. :class:`Confirms` puts a channel in
+confirm mode, numbers each publish as the broker does (1, 2, ... from ``confirm.select``) and
+:meth:`Confirms.wait` drains the connection until every publish is acked, reporting the task
+ids (Celery's correlation ids) the broker nacked or returned (``basic.return`` comes before the
+message's ack, so a finished wait has seen every return).
 
-- **confirms** (kombu's ``confirm_publish`` transport option): each publish waits for the
-  broker's ack, so a send that returned is the broker's (a nack raises
-  ``amqp.exceptions.MessageNacked``). A ``evalq backfill`` checkpoint, written after its sends,
-  then never covers a snapshot the broker did not take.
-- **mandatory routing**: kombu remembers the queues a connection declared, so a lane queue
-  deleted while a producer runs is never declared again and every later publish to it is
-  unroutable, which RabbitMQ drops silently. Published as *mandatory*, such a message comes back
-  (``basic.return``, before the confirm); :func:`note_return` records it and the producer
-  declares the queue again and sends once more (:class:`UnroutableError` if it comes back again).
+Why not kombu's ``confirm_publish`` transport option: it waits a round trip after *every*
+publish, and RabbitMQ acks a persistent message once it is on disk, so one producer's
+``submit`` path fell from 1,901-2,166 to 598-669 snapshots/s and a backfill (8 per message)
+from 11,912-14,511 to 4,514-4,886; streamed, they read 1,527-1,687 and 11,341-12,593
+(``docs/queue.md``). py-amqp has no streamed form; this is it.
 
-Redis has neither (a publish is a reply-checked ``LPUSH``); there, nothing here applies.
-Cost on RabbitMQ (``docs/queue.md``): each publish waits a round trip.
+Redis has neither confirms nor returns (a publish is an ``LPUSH`` whose reply is read):
+:func:`confirming` is False there and nothing here runs.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kombu import Connection
 
-__all__ = [
-    "UnroutableError",
-    "confirming",
-    "note_return",
-    "returned",
-    "watch_returns",
-    "with_confirms",
-]
+__all__ = ["Confirms", "Settled", "UnroutableError", "confirming"]
 
 
 class UnroutableError(RuntimeError):
@@ -45,33 +40,74 @@ def confirming(broker_url: str) -> bool:
     return bool(Connection(broker_url).transport.driver_type == "amqp")
 
 
-def with_confirms(broker_url: str, transport_options: Mapping[str, Any]) -> dict[str, Any]:
-    """``transport_options`` with publisher confirms turned on where the broker has them."""
-    if not confirming(broker_url):
-        return dict(transport_options)
-    return {**transport_options, "confirm_publish": True}
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What the broker said of the publishes one :meth:`Confirms.wait` covered (task ids)."""
+
+    nacked: frozenset[str]
+    returned: frozenset[str]
 
 
-_returns = threading.local()  # py-amqp runs the handler in the thread waiting for the confirm
+_ATTRIBUTE = "_evalq_confirms"
 
 
-def note_return(_exc: Exception, _exchange: str, _routing_key: str, message: Any) -> None:
-    """``basic_return`` handler: remember the task id (Celery's correlation id) of the message."""
-    ids: set[str] | None = getattr(_returns, "ids", None)
-    if ids is None:
-        ids = _returns.ids = set()
-    ids.add(str(message.properties.get("correlation_id")))
+class Confirms:
+    """Confirm mode on one py-amqp channel (kombu's ``pyamqp`` channel), kept on the channel."""
 
+    def __init__(self, channel: Any) -> None:
+        self._channel = channel
+        channel.confirm_select()
+        self._tag = 0
+        self._pending: dict[int, str] = {}  # delivery tag -> task id ("" for Celery's events)
+        self._nacked: set[str] = set()
+        self._returned: set[str] = set()
+        self._plain_publish: Callable[..., Any] = channel.basic_publish
+        channel.basic_publish = self._publish  # as py-amqp itself swaps in its confirm variant
+        channel.events["basic_ack"].add(self._on_ack)
+        channel.events["basic_nack"].add(self._on_nack)
+        channel.events["basic_return"].add(self._on_return)
 
-def watch_returns(channel: Any) -> None:
-    """Route this channel's returned messages to :func:`note_return` (a set: added once)."""
-    channel.events["basic_return"].add(note_return)
+    @classmethod
+    def on(cls, channel: Any) -> Confirms:
+        """The channel's confirms, switched on at its first use (a pooled channel keeps them)."""
+        confirms: Confirms | None = getattr(channel, _ATTRIBUTE, None)
+        if confirms is None:
+            confirms = cls(channel)
+            setattr(channel, _ATTRIBUTE, confirms)
+        return confirms
 
+    def _publish(self, message: Any, *args: Any, **kwargs: Any) -> Any:
+        self._tag += 1
+        self._pending[self._tag] = str(message.properties.get("correlation_id") or "")
+        return self._plain_publish(message, *args, **kwargs)
 
-def returned(task_id: str) -> bool:
-    """Whether the broker returned the message ``task_id`` (and forget it)."""
-    ids: set[str] | None = getattr(_returns, "ids", None)
-    if not ids or task_id not in ids:
-        return False
-    ids.discard(task_id)
-    return True
+    def _settle(self, tag: int, multiple: bool, into: set[str] | None) -> None:
+        tags = [t for t in self._pending if t <= tag] if multiple else [tag]
+        for t in tags:
+            task_id = self._pending.pop(t, "")
+            if into is not None and task_id:
+                into.add(task_id)
+
+    def _on_ack(self, tag: int, multiple: bool) -> None:
+        self._settle(tag, multiple, None)
+
+    def _on_nack(self, tag: int, multiple: bool) -> None:
+        self._settle(tag, multiple, self._nacked)
+
+    def _on_return(self, _exc: Exception, _exchange: str, _key: str, message: Any) -> None:
+        self._returned.add(str(message.properties.get("correlation_id") or ""))
+
+    def wait(self, timeout_s: float) -> Settled:
+        """Until every publish so far is acked or nacked (``TimeoutError`` past ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while self._pending:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise TimeoutError(
+                    f"{len(self._pending)} publishes unconfirmed after {timeout_s} s"
+                )
+            self._channel.connection.drain_events(timeout=remaining_s)
+        settled = Settled(frozenset(self._nacked), frozenset(self._returned))
+        self._nacked.clear()
+        self._returned.clear()
+        return settled

@@ -28,21 +28,18 @@ sampled-out counts are sent every ``tally_interval_s`` and at close.
 
 from __future__ import annotations
 
-import itertools
-import os
+import contextlib
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from celery import Celery
-from celery.utils.nodenames import anon_nodename
 from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
 from kombu.utils.json import dumps as json_dumps
 
-from ._confirms import UnroutableError, confirming, returned, watch_returns, with_confirms
+from ._confirms import confirming
+from ._publishing import Message, Publisher, TaskIds
 from ._sampling import Sampler
 from ._submitter import LiveSubmitter, RetryPolicy, SubmitterStats
 from .snapshot import (
@@ -55,7 +52,6 @@ from .snapshot import (
     Snapshot,
 )
 from .topology import (
-    ENQUEUED_AT_HEADER,
     EVALUATE_TASK,
     LANE_QUEUES,
     OUTCOME_TASK,
@@ -73,36 +69,6 @@ __all__ = [
     "Producer",
     "live_transport_options",
 ]
-
-
-class TaskIds:
-    """Task ids and the origin node name of one producer's messages, each cheap to take.
-
-    Celery's default id is a ``uuid4()`` per message (an ``os.urandom`` read: 11% of a bulk
-    publish) and its origin an ``anon_nodename()`` per message (5%; docs/concurrency.md, ninth
-    and eleventh rounds). Here one random version-4 UUID per producer gives the first 80 bits and
-    a counter the last 48: ids stay UUID-shaped, distinct within a producer (2**48 messages)
-    and across producers (74 random bits). The origin is computed once per process id.
-    """
-
-    def __init__(self) -> None:
-        first = str(uuid.uuid4())
-        self._prefix = first[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-": version and variant kept
-        self._counter = itertools.count(int(first[24:], 16))  # next() is atomic in CPython
-        self._pid = -1
-        self._origin = ""
-
-    def next_id(self) -> str:
-        """A new task id."""
-        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFFFFFF:012x}"
-
-    @property
-    def origin(self) -> str:
-        """``gen<pid>@<host>``, as Celery writes it (recomputed after a fork)."""
-        pid = os.getpid()
-        if pid != self._pid:
-            self._origin, self._pid = anon_nodename(), pid
-        return self._origin
 
 
 _LIVE_SOCKET_CAPS_S = {"socket_timeout": 5.0, "socket_connect_timeout": 1.0}
@@ -128,7 +94,7 @@ def _celery(broker_url: str, transport_options: Mapping[str, Any], **extra: Any)
     conf: dict[str, Any] = {
         "broker_url": broker_url,
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": with_confirms(broker_url, transport_options),
+        "broker_transport_options": dict(transport_options),
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -172,18 +138,6 @@ def _install_encoder() -> None:
 
 
 _install_encoder()
-
-
-class _Message(NamedTuple):
-    """One task message as :meth:`Producer._send` publishes it (and, if returned, again)."""
-
-    name: str
-    payload: Any
-    queue: str
-    label: str
-    task_id: str
-    serializer: str | None
-    declared: set[str] | None
 
 
 class OversizedSnapshotError(ValueError):
@@ -279,69 +233,27 @@ class Producer:
         self._ids = TaskIds()
         self._confirms = confirming(broker_url)
 
-    def _send(
-        self,
-        name: str,
-        payload: Any,
-        queue: str,
-        label: str,
-        producer: Any = None,
-        *,
-        app: Celery | None = None,
-        serializer: str | None = None,
-        declared: set[str] | None = None,
-    ) -> None:
-        """Publish one task message; ``declared``: queues this bulk send declared already.
+    @contextlib.contextmanager
+    def _publisher(
+        self, app: Celery, producer: Any = None, *, declare_once: bool = False
+    ) -> Iterator[Publisher]:
+        """A :class:`Publisher` for one call; everything it sent is confirmed when it closes."""
+        with app.producer_or_acquire(producer) as acquired:
+            publisher = Publisher(
+                app, acquired, self._ids, confirms=self._confirms, declare_once=declare_once
+            )
+            yield publisher
+            publisher.settle()
 
-        Celery re-checks the queue's declaration on every publish (kombu binds a copy of the
-        queue to see its cache: 13% of a bulk backfill's publish time); the bulk paths declare
-        each queue once per send and skip the check after it. On RabbitMQ the publish is
-        confirmed and mandatory (:mod:`producer._confirms`): a message returned because its
-        queue was deleted is sent again once the queue is declared again.
-        """
-        app = app or self._app
-        task_id = self._ids.next_id()
-        with app.producer_or_acquire(producer) as publisher:
-            if declared is not None and queue not in declared:
-                publisher.maybe_declare(app.amqp.queues[queue])
-                declared.add(queue)
-            message = _Message(name, payload, queue, label, task_id, serializer, declared)
-            if not self._confirms:
-                self._publish_one(app, publisher, message)
-                return
-            watch_returns(publisher.channel)
-            self._publish_one(app, publisher, message, mandatory=True)
-            if returned(task_id):
-                self._declare_again(app, publisher, message)
-
-    def _declare_again(self, app: Celery, publisher: Any, message: _Message) -> None:
-        """Declare ``message``'s queue (deleted since this connection declared it), resend it."""
-        app.amqp.queues[message.queue].bind(publisher.channel).declare()
-        self._publish_one(app, publisher, message, mandatory=True)
-        if returned(message.task_id):
-            raise UnroutableError(f"queue {message.queue} cannot be routed to after declaring it")
-
-    def _publish_one(self, app: Celery, publisher: Any, message: _Message, **options: Any) -> None:
-        if message.declared is not None:
-            options["declare"] = []
-        app.send_task(
-            message.name,
-            args=(message.payload,),
-            queue=message.queue,
-            producer=publisher,
-            argsrepr=message.label,
-            kwargsrepr="{}",
-            headers={ENQUEUED_AT_HEADER: time.time()},
-            serializer=message.serializer,
-            task_id=message.task_id,
-            origin=self._ids.origin,
-            **options,
-        )
+    def _send(self, message: Message, *, app: Celery | None = None) -> None:
+        """Publish one task message on its own (confirmed on RabbitMQ before returning)."""
+        with self._publisher(app or self._app) as publisher:
+            publisher.send(message)
 
     def enqueue(self, snapshot: Snapshot, *, lane: Lane | str | None = None) -> str:
         """Send one snapshot (lane: given, else the snapshot's sampling lane); returns its id."""
         queue = LANE_QUEUES[Lane(lane) if lane else snapshot.sampling.lane]
-        self._send(EVALUATE_TASK, snapshot.wire(), queue, _snapshot_label(snapshot))
+        self._send(Message(EVALUATE_TASK, snapshot.wire(), queue, _snapshot_label(snapshot)))
         return snapshot.snapshot_id
 
     def enqueue_many(
@@ -387,62 +299,25 @@ class Producer:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         sent = 0
-        declared: set[str] = set()
-        # Producer.batch pipelines the publishes: one Redis round
-        # trip per PIPELINE_OPERATIONS instead of one, plus a new redis client object, per message.
-        with (
-            self._bulk_app.producer_or_acquire() as producer,
-            producer.batch(max_size=PIPELINE_OPERATIONS),
-        ):
+        with self._bulk_publisher() as publisher:
             for chunk in _messages(snapshots, batch_size, _encoded):
                 if ids is not None:
                     ids.extend(s.snapshot_id for s, _ in chunk)
-                self._send_chunk(chunk, lane, batch_size, producer, declared)
+                publisher.send(_chunk_message(chunk, lane, batch_size))
                 sent += len(chunk)
         return sent
 
-    def _send_chunk(
-        self,
-        chunk: list[tuple[Snapshot, str]],
-        lane: Lane | str | None,
-        batch_size: int,
-        producer: Any,
-        declared: set[str],
-    ) -> None:
-        head = chunk[0][0]
-        queue = LANE_QUEUES[Lane(lane) if lane else head.sampling.lane]
-        # pydantic serializes each snapshot to JSON text in Rust (several times faster than
-        # wire() + json.dumps); the texts are spliced into the message body as they are.
-        if batch_size == 1:
-            payload = _Encoded(chunk[0][1])
-            label = _snapshot_label(head)
-        else:
-            payload = _Encoded("[" + ",".join(text for _, text in chunk) + "]")
-            first, trace = head.snapshot_id[:16], trace_label(head.trace_id)
-            label = f"[{len(chunk)} snapshots {first}… trace {trace}…]"
-        self._send_bulk(EVALUATE_TASK, payload, queue, label, producer=producer, declared=declared)
-
-    def _send_bulk(
-        self,
-        name: str,
-        payload: _Encoded,
-        queue: str,
-        label: str,
-        *,
-        producer: Any,
-        declared: set[str],
-    ) -> None:
-        """One message of a bulk path: encoded already, no task-sent event, queue declared once."""
-        self._send(
-            name,
-            payload,
-            queue,
-            label,
-            producer,
-            app=self._bulk_app,
-            serializer=_ENCODED,
-            declared=declared,
-        )
+    @contextlib.contextmanager
+    def _bulk_publisher(self) -> Iterator[Publisher]:
+        """The bulk paths' publisher: no task-sent events, each queue declared once, and
+        kombu's ``Producer.batch`` pipelining the publishes on Redis (one round trip per
+        PIPELINE_OPERATIONS instead of one, plus a new redis client object, per message)."""
+        with (
+            self._bulk_app.producer_or_acquire() as producer,
+            producer.batch(max_size=PIPELINE_OPERATIONS),
+            self._publisher(self._bulk_app, producer, declare_once=True) as publisher,
+        ):
+            yield publisher
 
     def reevaluate_many(
         self,
@@ -462,19 +337,13 @@ class Producer:
             raise ValueError("batch_size must be >= 1")
         queue = LANE_QUEUES[Lane(lane) if lane else TASK_LANES[REEVALUATE_TASK]]
         sent = 0
-        declared: set[str] = set()
-        with (
-            self._bulk_app.producer_or_acquire() as producer,
-            producer.batch(max_size=PIPELINE_OPERATIONS),
-        ):
+        with self._bulk_publisher() as publisher:
             for chunk in _messages(items, batch_size, _reevaluation_text):
                 head = chunk[0][0]
                 texts = [text for _, text in chunk]
                 payload = _Encoded(texts[0] if batch_size == 1 else "[" + ",".join(texts) + "]")
                 label = _reevaluation_label(head, len(chunk))
-                self._send_bulk(
-                    REEVALUATE_TASK, payload, queue, label, producer=producer, declared=declared
-                )
+                publisher.send(Message(REEVALUATE_TASK, payload, queue, label, _ENCODED))
                 sent += len(chunk)
         return sent
 
@@ -497,12 +366,12 @@ class Producer:
         """Send one outcome event on the outcomes lane; returns its event id."""
         queue = LANE_QUEUES[Lane.OUTCOMES]
         label = f"[outcome {event.event_id[:32]} trace {trace_label(event.trace_id)}]"
-        self._send(OUTCOME_TASK, event.wire(), queue, label)
+        self._send(Message(OUTCOME_TASK, event.wire(), queue, label))
         return event.event_id
 
     def send_raw(self, task: str, payload: Any, *, lane: Lane | str) -> None:
         """Send an already-encoded payload by task name (``evalq redrive`` uses it)."""
-        self._send(task, payload, LANE_QUEUES[Lane(lane)], f"[{task} redrive]")
+        self._send(Message(task, payload, LANE_QUEUES[Lane(lane)], f"[{task} redrive]"))
 
     # --- live path ------------------------------------------------------------------------
 
@@ -537,7 +406,7 @@ class Producer:
         """Send sampled-out counts as ``evalq.sampling_tally`` on the outcomes lane (raises)."""
         queue = LANE_QUEUES[Lane.OUTCOMES]
         label = f"[tally {tally.tally_id[:16]}]"
-        self._send(TALLY_TASK, tally.wire(), queue, label, app=self._live_celery())
+        self._send(Message(TALLY_TASK, tally.wire(), queue, label), app=self._live_celery())
 
     def _submitter(self) -> LiveSubmitter:
         # Started on first use: a producer that only backfills or sends outcomes has no thread.
@@ -564,14 +433,11 @@ class Producer:
         # Everything is encoded before anything is published: a snapshot that cannot be (too
         # deep, too large) raises ValueError with nothing sent, as LiveSubmitter expects.
         encoded = [(s, _Encoded(_encoded(s))) for s in batch]
-        app = self._live_celery()
-        with app.producer_or_acquire() as producer:
+        with self._publisher(self._live_celery()) as publisher:
             for snapshot, payload in encoded:
                 queue = LANE_QUEUES[snapshot.sampling.lane]
                 label = _snapshot_label(snapshot)
-                self._send(
-                    EVALUATE_TASK, payload, queue, label, producer, app=app, serializer=_ENCODED
-                )
+                publisher.send(Message(EVALUATE_TASK, payload, queue, label, _ENCODED))
 
     def _report_tally(self) -> None:
         if self.sampler is not None:
@@ -599,6 +465,22 @@ class Producer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _chunk_message(
+    chunk: list[tuple[Snapshot, str]], lane: Lane | str | None, batch_size: int
+) -> Message:
+    """The message of one chunk of a bulk send (one snapshot, or a list of them)."""
+    head = chunk[0][0]
+    queue = LANE_QUEUES[Lane(lane) if lane else head.sampling.lane]
+    # pydantic serializes each snapshot to JSON text in Rust (several times faster than
+    # wire() + json.dumps); the texts are spliced into the message body as they are.
+    if batch_size == 1:
+        return Message(EVALUATE_TASK, _Encoded(chunk[0][1]), queue, _snapshot_label(head), _ENCODED)
+    payload = _Encoded("[" + ",".join(text for _, text in chunk) + "]")
+    first, trace = head.snapshot_id[:16], trace_label(head.trace_id)
+    label = f"[{len(chunk)} snapshots {first}… trace {trace}…]"
+    return Message(EVALUATE_TASK, payload, queue, label, _ENCODED)
 
 
 def _snapshot_label(snapshot: Snapshot) -> str:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import pytest
+from amqp.exceptions import MessageNacked
+from celery import Celery
 from kombu import Connection, Queue
 
 from producer import Lane, Producer, Snapshot
-from producer._confirms import UnroutableError, confirming, note_return, returned
+from producer._confirms import Confirms, Settled, confirming
+from producer._publishing import Message, Publisher, TaskIds
 from producer._submitter import RetryPolicy
 from producer.topology import LANE_QUEUES
 from tests.producer.producer_kit import make_snapshot
@@ -95,13 +100,94 @@ def test_only_amqp_brokers_confirm(redis_url: str, amqp_broker: str) -> None:
     assert not confirming(redis_url)
 
 
-class _Returned:
-    properties = {"correlation_id": "task-1"}  # noqa: RUF012 - mirrors py-amqp's message
+def test_a_bulk_send_the_broker_refuses_raises_at_the_send(rabbitmq: str) -> None:
+    """A bulk send RabbitMQ nacks (the live queue replaced by a full one that rejects
+    publishes, after the producer declared it) raises MessageNacked instead of returning."""
+    live = LANE_QUEUES[Lane.LIVE]
+    full = Queue(live, queue_arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    with Producer(rabbitmq) as producer:
+        _send_many(producer, make_snapshot("accepted"))
+        _delete(rabbitmq, live)
+        with Connection(rabbitmq, connect_timeout=5) as conn:
+            full(conn.default_channel).declare()
+        try:
+            with pytest.raises(MessageNacked):
+                _send_many(producer, make_snapshot("refused"))
+        finally:
+            _delete(rabbitmq, live)
 
 
-def test_a_returned_task_id_is_reported_once() -> None:
-    """A returned message's task id is reported by `returned` once, then forgotten."""
-    note_return(UnroutableError("x"), "evalq", "evalq.live", _Returned())
-    assert not returned("task-2")
-    assert returned("task-1")
-    assert not returned("task-1")
+class _Message:
+    def __init__(self, task_id: str) -> None:
+        self.properties = {"correlation_id": task_id}
+
+
+class _Channel:
+    """py-amqp's channel as Confirms sees it; the connection replays scripted broker frames."""
+
+    def __init__(self) -> None:
+        self.events: defaultdict[str, set[Callable[..., None]]] = defaultdict(set)
+        self.published: list[str] = []
+        self.frames: list[tuple[str, tuple[object, ...]]] = []
+        self.connection = self
+
+    def confirm_select(self) -> None:
+        self.selected = True
+
+    def basic_publish(self, message: _Message, *args: object, **kwargs: object) -> None:
+        self.published.append(message.properties["correlation_id"])
+
+    def drain_events(self, timeout: float) -> None:
+        event, args = self.frames.pop(0)
+        for handler in self.events[event]:
+            handler(*args)
+
+
+def test_confirms_settle_every_publish_and_name_the_nacked_and_returned() -> None:
+    """Confirms numbers publishes as the broker does: a multiple ack settles every tag up to
+    it; the wait ends when none is pending and names the nacked and returned task ids."""
+    channel = _Channel()
+    confirms = Confirms.on(channel)
+    assert Confirms.on(channel) is confirms
+    for task_id in ("t1", "t2", "t3", ""):
+        channel.basic_publish(_Message(task_id), exchange="", routing_key="q")
+    channel.frames = [
+        ("basic_return", (None, "", "q", _Message("t2"))),
+        ("basic_ack", (2, True)),
+        ("basic_nack", (3, False)),
+        ("basic_ack", (4, False)),
+    ]
+    settled = confirms.wait(timeout_s=5)
+    assert channel.published == ["t1", "t2", "t3", ""]
+    assert (settled.nacked, settled.returned) == ({"t3"}, {"t2"})
+    assert channel.frames == []
+    assert confirms.wait(timeout_s=5) == Settled(frozenset(), frozenset())
+
+
+class _App:
+    """A Celery app as Publisher uses it: send_task publishes on the producer's channel."""
+
+    def __init__(self, producer: _Producer) -> None:
+        self.producer = producer
+
+    def send_task(self, name: str, *, task_id: str, **options: object) -> None:
+        self.producer.channel.basic_publish(_Message(task_id))
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.channel = _Channel()
+
+
+def test_a_channel_replaced_during_a_confirmed_send_fails_the_send() -> None:
+    """A publish that kombu moved to a new channel (a reconnect) cannot be confirmed on the
+    old one: settling raises ConnectionError, so the caller sends the whole call again."""
+    producer = _Producer()
+    publisher = Publisher(
+        cast(Celery, _App(producer)), producer, TaskIds(), confirms=True, declare_once=False
+    )
+    publisher.send(Message("evalq.evaluate", {}, "evalq.live", "label"))
+    producer.channel = _Channel()
+    publisher.send(Message("evalq.evaluate", {}, "evalq.live", "label"))
+    with pytest.raises(ConnectionError, match="replaced"):
+        publisher.settle()

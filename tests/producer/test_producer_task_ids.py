@@ -11,7 +11,7 @@ import redis
 from celery.utils.nodenames import anon_nodename
 
 from producer import LANE_QUEUES, Lane, Producer
-from producer._producer import TaskIds
+from producer._publishing import TaskIds
 from tests.producer.producer_kit import make_snapshot
 from worker.embedded import RedisServer
 
