@@ -9,7 +9,7 @@ runs on the runtime's event loop; blocking store calls go to the runtime's store
 
 Several deliveries handed over together (a micro-batch: what one broker fetch returned) share
 their per-message work: one skip-if-done query for all their snapshots. They are accepted
-(decoded, validated, projected) :data:`ACCEPT_SLICE` snapshots per loop callback, so a batch of
+(decoded, validated, projected) :data:`ACCEPT_SLICE` items (accepted or refused) per loop callback, so a batch of
 backfill messages never holds the loop for long. Each evaluation then runs
 on its own, under the runtime's concurrency slots and its own budget, and its record joins the
 group commit (:class:`~worker.committer.Committer`): records of evaluations that finish close
@@ -114,7 +114,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 ACCEPT_SLICE = 16
-"""Snapshots accepted per loop callback. The consumer hands over 16 messages at a time, and 16
+"""Items (snapshots, accepted or refused) per loop callback. The consumer hands over 16 messages at a time, and 16
 backfill messages of 8 snapshots took one 10-54 ms callback to accept, during which every judge
 reply and slot hand-over of the process waited (measured with a timing wrapper around the loop's
 callbacks, backfill at C = 64, L = 100 ms). Sliced at 16 snapshots the longest callback read
@@ -501,12 +501,14 @@ class Handler:
                     self._settle_when_written(message)
 
     def _accept_slice(self, messages: list[_Message], start: int) -> int:
-        """Accept messages from ``start`` until ``ACCEPT_SLICE`` snapshots are; the next index."""
+        """Accept messages from ``start`` until ``ACCEPT_SLICE`` items are (evaluations and
+        refusals alike); the next index."""
         accepted = 0
         while start < len(messages) and accepted < ACCEPT_SLICE:
             message = messages[start]
             self._accept(message)
-            accepted += max(1, len(message.jobs))
+            # Refused items (dead letters) cost their decode too: counted with the jobs.
+            accepted += max(1, len(message.jobs) + len(message.writes))
             if not message.jobs:
                 self._settle_when_written(message)
             start += 1

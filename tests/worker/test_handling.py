@@ -361,6 +361,30 @@ def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> N
     assert store.count_evaluations() == 32
 
 
+def test_refused_items_count_toward_a_slice(store: Store) -> None:
+    """Four backfill messages of 8 invalid snapshots: their 32 refusals are sliced as
+    evaluations are, 16 at once (not four whole messages in one callback); 32 dead letters."""
+    rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+    batches = [
+        [dict(s.wire(), unit="no-such-unit") for s in _snapshots(8, f"bad{i}")] for i in range(4)
+    ]
+    events: list[str] = []
+
+    async def submit_all() -> list[Verdict]:
+        futures = _Watched(rt, events).submit([_evaluate(b, Lane.BACKFILL) for b in batches])
+        events.append("submitted")
+        return list(await asyncio.gather(*futures))
+
+    try:
+        with runtime.use(rt):
+            verdicts = rt.call(submit_all(), timeout_s=30.0)
+    finally:
+        rt.close()
+    assert events.index("submitted") == 2
+    assert verdicts == [Verdict.ACK] * 4
+    assert len(store.open_dead_letters()) == 32
+
+
 def test_a_bad_item_does_not_take_its_batch_down(store: Store) -> None:
     """A batch of 3 with one invalid snapshot: two recorded, one SCHEMA_INVALID with its bytes."""
     good = [s.wire() for s in _snapshots(2, "ok")]
