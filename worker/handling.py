@@ -9,8 +9,8 @@ runs on the runtime's event loop; blocking store calls go to the runtime's store
 
 Several deliveries handed over together (a micro-batch: what one broker fetch returned) share
 their per-message work: one skip-if-done query for all their snapshots. They are accepted
-(decoded, validated, projected) :data:`ACCEPT_SLICE` items (accepted or refused) per loop callback, so a batch of
-backfill messages never holds the loop for long. Each evaluation then runs
+(decoded, validated, projected) :data:`ACCEPT_SLICE` items (accepted or refused) per loop
+callback, so a batch of backfill messages never holds the loop for long. Each evaluation then runs
 on its own, under the runtime's concurrency slots and its own budget, and its record joins the
 group commit (:class:`~worker.committer.Committer`): records of evaluations that finish close
 together are written in one transaction, and a delivery's verdict comes only after the
@@ -114,13 +114,14 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 ACCEPT_SLICE = 16
-"""Items (snapshots, accepted or refused) per loop callback. The consumer hands over 16 messages at a time, and 16
-backfill messages of 8 snapshots took one 10-54 ms callback to accept, during which every judge
-reply and slot hand-over of the process waited (measured with a timing wrapper around the loop's
-callbacks, backfill at C = 64, L = 100 ms). Sliced at 16 snapshots the longest callback read
-15 ms, and the drain was as fast or faster (up to 8.7%) in seven of nine alternating pairs,
-+2.3% on average (docs/concurrency.md, "Twenty-fifth round"). The first slice is accepted at
-once, as the whole micro-batch was before: a live message waits for no extra loop turn."""
+"""Items (snapshots, accepted or refused) per loop callback. The consumer hands over 16
+messages at a time, and 16 backfill messages of 8 snapshots took one 10-54 ms callback to
+accept, during which every judge reply and slot hand-over of the process waited (measured with a
+timing wrapper around the loop's callbacks, backfill at C = 64, L = 100 ms). Sliced at 16
+snapshots the longest callback read 15 ms, and the drain was as fast or faster (up to 8.7%) in
+seven of nine alternating pairs, +2.3% on average (docs/concurrency.md, "Twenty-fifth round").
+The first slice is accepted at once, as the whole micro-batch was before: a live message waits
+for no extra loop turn."""
 _JUDGED_REASONS = frozenset(
     {Reason.INVALID_RESPONSE, Reason.BACKEND_ERROR, Reason.REDUCE_ERROR, Reason.TIMEOUT}
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from amqp.exceptions import MessageNacked
@@ -50,12 +50,14 @@ def rabbitmq(amqp_url: str) -> Iterator[str]:
 
 def _depth(url: str, queue: str) -> int:
     with Connection(url, connect_timeout=5) as conn:
-        return int(conn.default_channel.queue_declare(queue, passive=True).message_count)
+        channel: Any = conn.default_channel  # py-amqp's channel (kombu types the abstract one)
+        return int(channel.queue_declare(queue, passive=True).message_count)
 
 
 def _delete(url: str, queue: str) -> None:
     with Connection(url, connect_timeout=5) as conn:
-        conn.default_channel.queue_delete(queue)
+        channel: Any = conn.default_channel
+        channel.queue_delete(queue)
 
 
 @pytest.mark.parametrize("send", [_enqueue, _send_many, _submit], ids=["enqueue", "bulk", "live"])
@@ -159,7 +161,7 @@ def test_confirms_settle_every_publish_and_name_the_nacked_and_returned() -> Non
     ]
     settled = confirms.wait(timeout_s=5)
     assert channel.published == ["t1", "t2", "t3", ""]
-    assert (settled.nacked, settled.returned) == ({"t3"}, {"t2"})
+    assert settled == Settled(frozenset({"t3"}), frozenset({"t2"}))
     assert channel.frames == []
     assert confirms.wait(timeout_s=5) == Settled(frozenset(), frozenset())
 
