@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import pytest
 from amqp.exceptions import MessageNacked
 from celery import Celery
 from kombu import Connection, Queue
 
-from producer import Lane, Producer, Snapshot
+from producer import Lane, Producer, Snapshot, run_backfill
+from producer._backfill import BackfillRetry
 from producer._confirms import Confirms, Settled, confirming
 from producer._publishing import Message, Publisher, TaskIds
 from producer._submitter import RetryPolicy
 from producer.topology import LANE_QUEUES
-from tests.producer.producer_kit import make_snapshot
+from tests.producer.blackhole_proxy import BlackholeProxy
+from tests.producer.producer_kit import make_snapshot, write_lines
 from tests.queue.queue_kit import purge_lane_queues
 
 pytestmark = pytest.mark.services
@@ -117,6 +122,71 @@ def test_a_bulk_send_the_broker_refuses_raises_at_the_send(rabbitmq: str) -> Non
                 _send_many(producer, make_snapshot("refused"))
         finally:
             _delete(rabbitmq, live)
+
+
+def _queued_trace_ids(url: str, queue: str) -> set[str]:
+    """Every snapshot's trace id in ``queue`` (each message taken: the queue ends empty)."""
+    seen: set[str] = set()
+    with Connection(url, connect_timeout=5) as conn:
+        channel: Any = conn.default_channel
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            args, _, _ = json.loads(message.body)
+            items = args[0] if isinstance(args[0], list) else [args[0]]
+            seen.update(item["trace_id"] for item in items)
+    return seen
+
+
+def _through(proxy: BlackholeProxy, url: str) -> str:
+    """``url`` with its host and port replaced by the proxy's."""
+    broker = urlsplit(url)
+    netloc = f"{broker.username}:{broker.password}@127.0.0.1:{proxy.port}"
+    return broker._replace(netloc=netloc).geturl()
+
+
+def _failing(url: str) -> BlackholeProxy:
+    """A proxy to ``url``'s broker that swallows its first connection's writes past 150 kB
+    for 1 s, then drops it (a broker or network path failing mid-stream)."""
+    broker = urlsplit(url)
+    target = (broker.hostname or "127.0.0.1", broker.port or 5672)
+    return BlackholeProxy(target, swallow_after=150_000, hold_s=1.0)
+
+
+def test_a_backfill_through_a_failing_connection_loses_no_snapshot(
+    rabbitmq: str, tmp_path: Path
+) -> None:
+    """A backfill whose connection swallows its writes for 1 s, then drops: the unconfirmed
+    batch fails and is sent again, and every snapshot of the file is queued (unconfirmed,
+    the swallowed ones were counted as sent and lost)."""
+    source = tmp_path / "traces.jsonl"
+    write_lines(source, 1_200)
+    retry = BackfillRetry(attempts=6, timeout_s=60.0, wait_initial_s=0.1, wait_max_s=0.5)
+    with _failing(rabbitmq) as proxy, Producer(_through(proxy, rabbitmq)) as producer:
+
+        def send(batch: Sequence[Snapshot]) -> None:
+            producer.send_many(batch, lane=Lane.BACKFILL, batch_size=8)
+
+        summary = run_backfill([source], send, batch_size=100, retry=retry)
+    assert proxy.swallowed > 0
+    assert summary.progress.enqueued == 1_200
+    queued = _queued_trace_ids(rabbitmq, LANE_QUEUES[Lane.BACKFILL])
+    assert queued == {f"t{i}" for i in range(1_200)}
+
+
+def test_live_submits_through_a_failing_connection_lose_no_snapshot(rabbitmq: str) -> None:
+    """Live submits whose connection swallows the writes for 1 s, then drops: the unconfirmed
+    batch is retried, every snapshot counted sent is queued, none dropped."""
+    snapshots = [make_snapshot(f"live{i}", text="x" * 400) for i in range(600)]
+    retry = RetryPolicy(attempts=10, timeout_s=30.0, wait_initial_s=0.05, wait_max_s=0.5)
+    with _failing(rabbitmq) as proxy:
+        with Producer(_through(proxy, rabbitmq), live_retry=retry) as producer:
+            assert all(producer.submit(s) for s in snapshots)
+            assert producer.flush(timeout_s=30)
+            stats = producer.live_stats()
+        assert proxy.swallowed > 0
+    assert stats is not None
+    assert (stats.sent, stats.dropped_failed) == (600, 0)
+    queued = _queued_trace_ids(rabbitmq, LANE_QUEUES[Lane.LIVE])
+    assert queued == {s.trace_id for s in snapshots}
 
 
 class _Message:
