@@ -333,12 +333,9 @@ class _QueryCounting(CountingStore):
         return frozenset(self._store.existing_evaluations(evaluation_ids))
 
 
-def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> None:
-    """Four backfill messages of 8: the first 16 snapshots are accepted at once, other ready
-    callbacks run before the next 16 (not after all 32), and skip-if-done is asked once."""
-    counting = _QueryCounting(store)
-    rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
-    batches = [[s.wire() for s in _snapshots(8, f"slice{i}")] for i in range(4)]
+def _submit_watched(rt: Runtime, batches: list[list[Any]]) -> tuple[list[str], list[Verdict]]:
+    """Submit one backfill message per batch to a watching handler, then close ``rt``: the
+    loop's order of accepts, submit's return ("submitted") and a callback queued right after."""
     events: list[str] = []
 
     async def submit_all() -> list[Verdict]:
@@ -352,6 +349,16 @@ def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> N
             verdicts = rt.call(submit_all(), timeout_s=30.0)
     finally:
         rt.close()
+    return events, verdicts
+
+
+def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> None:
+    """Four backfill messages of 8: the first 16 snapshots are accepted at once, other ready
+    callbacks run before the next 16 (not after all 32), and skip-if-done is asked once."""
+    counting = _QueryCounting(store)
+    rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
+    batches = [[s.wire() for s in _snapshots(8, f"slice{i}")] for i in range(4)]
+    events, verdicts = _submit_watched(rt, batches)
     assert handling.ACCEPT_SLICE == 16
     assert events.index("submitted") == 2  # two messages, 16 snapshots, at once
     assert events.index("other callback") == 3  # before the second slice
@@ -368,19 +375,9 @@ def test_refused_items_count_toward_a_slice(store: Store) -> None:
     batches = [
         [dict(s.wire(), unit="no-such-unit") for s in _snapshots(8, f"bad{i}")] for i in range(4)
     ]
-    events: list[str] = []
-
-    async def submit_all() -> list[Verdict]:
-        futures = _Watched(rt, events).submit([_evaluate(b, Lane.BACKFILL) for b in batches])
-        events.append("submitted")
-        return list(await asyncio.gather(*futures))
-
-    try:
-        with runtime.use(rt):
-            verdicts = rt.call(submit_all(), timeout_s=30.0)
-    finally:
-        rt.close()
+    events, verdicts = _submit_watched(rt, batches)
     assert events.index("submitted") == 2
+    assert events.index("other callback") == 3
     assert verdicts == [Verdict.ACK] * 4
     assert len(store.open_dead_letters()) == 32
 
