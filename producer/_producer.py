@@ -15,7 +15,9 @@ Task events carry a short ``argsrepr`` (snapshot or event id, and the trace id b
 a user searches Flower for), never the content, so Flower and event consumers do not copy
 traces around. Each message carries ``ENQUEUED_AT_HEADER`` (publish
 time) so workers and the queue exporter can measure queue wait and message age. Delivery is
-at-least-once from the broker on; the worker's idempotency makes re-sending harmless.
+at-least-once from the broker on; the worker's idempotency makes re-sending harmless. Every call
+sends through one :class:`~producer._publishing.Publisher`; on RabbitMQ a call returns only once
+the broker has acked everything it sent (``amqp.exceptions.MessageNacked`` if it refused any).
 
 Live apps call :meth:`Producer.submit`: an optional :class:`~producer._sampling.Sampler` decides,
 then a :class:`~producer._submitter.LiveSubmitter` (started on first use) buffers and one
