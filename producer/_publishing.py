@@ -8,7 +8,8 @@ on RabbitMQ publishes each message *mandatory* and waits for the broker's confir
 send that returned is the broker's. A nack raises ``amqp.exceptions.MessageNacked``; a message
 returned as unroutable (its lane queue was deleted while the producer ran) is sent again once
 its queue is declared again, and :class:`~producer._confirms.UnroutableError` is raised if it
-comes back again.
+comes back again; a window whose channel kombu replaced (a reconnect inside a publish) is sent
+again whole on the new channel.
 """
 
 from __future__ import annotations
@@ -116,15 +117,26 @@ class Publisher:
         if not self._unconfirmed:
             return
         sent, self._unconfirmed = self._unconfirmed, {}
-        if self._producer.channel is not self._window_channel:
-            # kombu reconnected inside a publish: what went on the old channel is unconfirmed.
-            raise ConnectionError("the broker connection was replaced during a confirmed send")
-        settled = Confirms.on(self._window_channel).wait(CONFIRM_TIMEOUT_S)
+        channel = self._producer.channel
+        if channel is not self._window_channel:
+            self._send_again(channel, sent)
+        settled = Confirms.on(channel).wait(CONFIRM_TIMEOUT_S)
         refused = settled.nacked & sent.keys()
         if refused:
             raise MessageNacked(f"the broker refused {len(refused)} of {len(sent)} messages")
         for task_id in settled.returned & sent.keys():
             self._declare_again(sent[task_id], task_id)
+
+    def _send_again(self, channel: Any, sent: dict[str, Message]) -> None:
+        """kombu reconnected inside a publish (its retry policy): the old channel's confirms
+        can no longer come, so the whole window goes again on the new channel (a duplicate is
+        harmless: the worker writes a snapshot once). Replaced again meanwhile: the call fails."""
+        Confirms.on(channel)
+        for task_id, message in sent.items():
+            self._publish(message, task_id, mandatory=True)
+        if self._producer.channel is not channel:
+            raise ConnectionError("the broker connection was replaced twice during one send")
+        self._window_channel = channel
 
     def _declare_again(self, message: Message, task_id: str) -> None:
         """Declare ``message``'s queue (deleted since this connection declared it), resend it."""

@@ -251,15 +251,20 @@ class _Producer:
         self.channel = _Channel()
 
 
-def test_a_channel_replaced_during_a_confirmed_send_fails_the_send() -> None:
-    """A publish that kombu moved to a new channel (a reconnect) cannot be confirmed on the
-    old one: settling raises ConnectionError, so the caller sends the whole call again."""
+def test_a_window_whose_channel_was_replaced_is_sent_again_on_the_new_one() -> None:
+    """kombu reconnecting inside a publish moves the producer to a new channel, where the old
+    channel's confirms never come: settling sends the whole window again there and waits for
+    those confirms instead."""
     producer = _Producer()
+    old = producer.channel
     publisher = Publisher(
         cast(Celery, _App(producer)), producer, TaskIds(), confirms=True, declare_once=False
     )
-    publisher.send(Message("evalq.evaluate", {}, "evalq.live", "label"))
-    producer.channel = _Channel()
-    publisher.send(Message("evalq.evaluate", {}, "evalq.live", "label"))
-    with pytest.raises(ConnectionError, match="replaced"):
-        publisher.settle()
+    publisher.send(Message("evalq.evaluate", {}, "evalq.live", "first"))
+    producer.channel = new = _Channel()
+    publisher.send(Message("evalq.evaluate", {}, "evalq.live", "second"))
+    new.frames = [("basic_ack", (3, True))]  # the second message and both again
+    publisher.settle()
+    first, second = old.published[0], new.published[0]
+    assert new.published == [second, first, second]
+    assert new.frames == []
