@@ -19,6 +19,27 @@
   :class:`RedisQueueDepth`, :func:`rich_progress`, :func:`store_counts` (evaluated/failed read
   back), :func:`outcome_problem`, :class:`BackfillError` and the checkpoint prefixes.
 - :class:`LiveSubmitter`: the non-blocking, bounded buffer behind ``Producer.submit``.
+
+Exception tree (``submit`` raises none of them: it counts drops instead)::
+
+    ValueError                  permanent: the input is wrong, sending it again cannot help
+     ├── WindowViolation        a snapshot holds evidence after its own cutoff (WINDOW_VIOLATION)
+     ├── InvalidTraceError      the first invalid line, when no report collects them (.rejected)
+     ├── OversizedSnapshotError a snapshot over the worker's MAX_ITEM_BYTES
+     ├── RedactionError         the redaction hook failed or changed an event (REDACTION_INVALID)
+     ├── BackfillInputError     a backfill input that is not a regular file, or changed
+     ├── FieldError             (importers) a field breaks its format: becomes a rejected line
+     └── NotReadyError          no snapshot can be made yet (.code): a rejected line, or observe's
+                                 reason to send nothing
+    RuntimeError                transient: the broker; sending again may succeed
+     ├── UnroutableError        RabbitMQ returned a message twice (its lane queue stays missing)
+     └── BackfillError          a backfill stopped (.code, e.g. SEND_FAILED): resume from .progress
+
+The broker's own exceptions reach a caller of ``enqueue``/``send_many``/``outcome`` as kombu and
+py-amqp raise them (all transient): ``kombu.exceptions.OperationalError`` and ``OSError`` (the
+broker is unreachable), ``amqp.exceptions.MessageNacked`` (RabbitMQ refused a publish),
+``TimeoutError`` (its confirms did not come in 30 s), ``ConnectionError`` (the connection was
+replaced twice during one call).
 """
 
 import importlib
