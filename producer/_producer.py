@@ -342,8 +342,7 @@ class Producer:
         with self._bulk_publisher() as publisher:
             for chunk in _messages(items, batch_size, _reevaluation_text):
                 head = chunk[0][0]
-                texts = [text for _, text in chunk]
-                payload = _Encoded(texts[0] if batch_size == 1 else "[" + ",".join(texts) + "]")
+                payload = _payload([text for _, text in chunk], batch_size)
                 label = _reevaluation_label(head, len(chunk))
                 publisher.send(Message(REEVALUATE_TASK, payload, queue, label, _ENCODED))
                 sent += len(chunk)
@@ -475,14 +474,21 @@ def _chunk_message(
     """The message of one chunk of a bulk send (one snapshot, or a list of them)."""
     head = chunk[0][0]
     queue = LANE_QUEUES[Lane(lane) if lane else head.sampling.lane]
-    # pydantic serializes each snapshot to JSON text in Rust (several times faster than
-    # wire() + json.dumps); the texts are spliced into the message body as they are.
+    payload = _payload([text for _, text in chunk], batch_size)
     if batch_size == 1:
-        return Message(EVALUATE_TASK, _Encoded(chunk[0][1]), queue, _snapshot_label(head), _ENCODED)
-    payload = _Encoded("[" + ",".join(text for _, text in chunk) + "]")
+        return Message(EVALUATE_TASK, payload, queue, _snapshot_label(head), _ENCODED)
     first, trace = head.snapshot_id[:16], trace_label(head.trace_id)
     label = f"[{len(chunk)} snapshots {first}… trace {trace}…]"
     return Message(EVALUATE_TASK, payload, queue, label, _ENCODED)
+
+
+def _payload(texts: list[str], batch_size: int) -> _Encoded:
+    """A bulk message's argument: one item's JSON text, or the list of them (batch_size > 1).
+
+    pydantic serializes each item to JSON text in Rust (several times faster than wire() +
+    json.dumps); the texts are spliced into the message body as they are.
+    """
+    return _Encoded(texts[0] if batch_size == 1 else "[" + ",".join(texts) + "]")
 
 
 def _snapshot_label(snapshot: Snapshot) -> str:

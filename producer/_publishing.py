@@ -104,9 +104,10 @@ class Publisher:
         if not self._confirms:
             self._publish(message, task_id)
             return
+        channel = self._producer.channel
         if not self._unconfirmed:
-            self._window_channel = self._producer.channel
-        Confirms.on(self._producer.channel)  # before the publish: it must be numbered
+            self._window_channel = channel
+        Confirms.on(channel)  # before the publish: it must be numbered
         self._publish(message, task_id, mandatory=True)
         self._unconfirmed[task_id] = message
         if len(self._unconfirmed) >= CONFIRM_WINDOW:
