@@ -7,8 +7,9 @@
 - :class:`Producer`: publish snapshots (live lane, or batched on the backfill lane), outcome
   events and sampling tallies to the broker; it never imports worker tasks. Live apps call
   ``Producer.submit`` (sampled, buffered, never blocking or raising). On RabbitMQ every send is
-  confirmed and mandatory: :class:`UnroutableError` when a lane queue cannot be routed to even
-  after declaring it again (``producer._confirms``).
+  confirmed and mandatory (``producer._confirms``). A broker call that fails raises
+  :class:`BrokerError` (``.code``: a :class:`BrokerFailure`), never the broker library's own
+  exception (``producer._broker``).
 - :class:`Sampler` / :class:`SamplingRule`: deterministic per-slice sampling with counts of what
   was left out.
 - :func:`observe`: capture one OpenAI/Anthropic SDK agent invocation and submit its snapshot.
@@ -32,14 +33,14 @@ Exception tree (``submit`` raises none of them: it counts drops instead)::
      └── NotReadyError          no snapshot can be made yet (.code): a rejected line, or observe's
                                  reason to send nothing
     RuntimeError                transient: the broker; sending again may succeed
-     ├── UnroutableError        RabbitMQ returned a message twice (its lane queue stays missing)
+     ├── BrokerError            a broker call failed (.code: a BrokerFailure, e.g.
+     │   │                       BROKER_UNREACHABLE, PUBLISH_REFUSED); __cause__ is the library's
+     │   └── UnroutableError    RabbitMQ returned a message twice (its lane queue stays missing)
      └── BackfillError          a backfill stopped (.code, e.g. SEND_FAILED): resume from .progress
 
-The broker's own exceptions reach a caller of ``enqueue``/``send_many``/``outcome`` as kombu and
-py-amqp raise them (all transient): ``kombu.exceptions.OperationalError`` and ``OSError`` (the
-broker is unreachable), ``amqp.exceptions.MessageNacked`` (RabbitMQ refused a publish),
-``TimeoutError`` (its confirms did not come in 30 s), ``ConnectionError`` (the connection was
-replaced twice during one call).
+kombu's, py-amqp's and redis-py's exceptions (and ``OSError`` from a broker socket) are translated
+into :class:`BrokerError` at one place, ``producer._broker.Broker.translating``, around the
+producer's broker calls only: an ``OSError`` from reading a caller's input passes through as is.
 """
 
 import importlib
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
         send_outcomes,
         store_counts,
     )
-    from ._confirms import UnroutableError
+    from ._broker import BrokerError, BrokerFailure, UnroutableError
     from ._observer import observe
     from ._producer import Producer
     from ._reader import ImportErrorReport, InvalidTraceError, RejectedLine, read_snapshots
@@ -94,6 +95,8 @@ __all__ = [
     "BackfillError",
     "BackfillProgress",
     "BackfillSummary",
+    "BrokerError",
+    "BrokerFailure",
     "ImportErrorReport",
     "InvalidTraceError",
     "Lane",
@@ -138,7 +141,9 @@ _LAZY = {
     "run_backfill": "._backfill",
     "send_outcomes": "._backfill",
     "store_counts": "._backfill",
-    "UnroutableError": "._confirms",
+    "BrokerError": "._broker",
+    "BrokerFailure": "._broker",
+    "UnroutableError": "._broker",
     "observe": "._observer",
     "Producer": "._producer",
     "ImportErrorReport": "._reader",

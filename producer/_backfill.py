@@ -65,6 +65,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from worker.canonical_json import canonical_json
 
+from ._broker import Broker
 from ._reader import ImportErrorReport, RejectedLine, read_located
 from ._sampling import Sampler, replace_fields
 from .snapshot import MAX_ITEM_BYTES, Lane, OutcomeEvent, Sampling, Snapshot
@@ -284,18 +285,21 @@ class RedisQueueDepth:
         include_unacked: bool = False,
     ) -> None:
         self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._broker = Broker.of(url)
         names = [queue if step == 0 else f"{queue}{sep}{step}" for step in priority_steps]
         self.keys = tuple(key_prefix + name for name in names)
         self._unacked = key_prefix + "unacked" if include_unacked else None
 
     def __call__(self) -> int:
-        """Current depth in messages (one pipelined round trip)."""
+        """Current depth in messages (one pipelined round trip); :class:`BrokerError` if Redis
+        does not answer."""
         pipe = self._client.pipeline(transaction=False)
         for key in self.keys:
             pipe.llen(key)
         if self._unacked is not None:
             pipe.hlen(self._unacked)
-        return sum(int(n) for n in pipe.execute())
+        with self._broker.translating():
+            return sum(int(n) for n in pipe.execute())
 
     def close(self) -> None:
         """Release the connection pool."""

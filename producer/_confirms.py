@@ -16,7 +16,7 @@ from 11,912-14,511 to 4,514-4,886; streamed, they read 1,527-1,687 and 11,341-12
 (``docs/queue.md``). py-amqp has no streamed form; this is it.
 
 Redis has neither confirms nor returns (a publish is an ``LPUSH`` whose reply is read):
-:func:`confirming` is False there and nothing here runs.
+``Broker.confirms`` (:mod:`producer._broker`) is False there and nothing here runs.
 """
 
 from __future__ import annotations
@@ -26,18 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kombu import Connection
+from ._broker import BrokerError, BrokerFailure
 
-__all__ = ["Confirms", "Settled", "UnroutableError", "confirming"]
-
-
-class UnroutableError(RuntimeError):
-    """RabbitMQ returned a message twice: its lane queue is missing even after declaring it."""
-
-
-def confirming(broker_url: str) -> bool:
-    """True where publishes can be confirmed and returned: kombu's AMQP transports (RabbitMQ)."""
-    return bool(Connection(broker_url).transport.driver_type == "amqp")
+__all__ = ["Confirms", "Settled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +89,21 @@ class Confirms:
         self._returned.add(str(message.properties.get("correlation_id") or ""))
 
     def wait(self, timeout_s: float) -> Settled:
-        """Until every publish so far is acked or nacked (``TimeoutError`` past ``timeout_s``)."""
+        """Until every publish so far is acked or nacked (``CONFIRM_TIMEOUT`` past the limit)."""
         deadline = time.monotonic() + timeout_s
         while self._pending:
             remaining_s = deadline - time.monotonic()
             if remaining_s <= 0:
-                raise TimeoutError(
-                    f"{len(self._pending)} publishes unconfirmed after {timeout_s} s"
-                )
-            self._channel.connection.drain_events(timeout=remaining_s)
+                raise self._timed_out(timeout_s)
+            try:
+                self._channel.connection.drain_events(timeout=remaining_s)
+            except TimeoutError:  # py-amqp's socket timeout: nothing came in time
+                raise self._timed_out(timeout_s) from None
         settled = Settled(frozenset(self._nacked), frozenset(self._returned))
         self._nacked.clear()
         self._returned.clear()
         return settled
+
+    def _timed_out(self, timeout_s: float) -> BrokerError:
+        detail = f"{len(self._pending)} publishes after {timeout_s} s"
+        return BrokerError(BrokerFailure.CONFIRM_TIMEOUT, detail)

@@ -17,7 +17,9 @@ traces around. Each message carries ``ENQUEUED_AT_HEADER`` (publish
 time) so workers and the queue exporter can measure queue wait and message age. Delivery is
 at-least-once from the broker on; the worker's idempotency makes re-sending harmless. Every call
 sends through one :class:`~producer._publishing.Publisher`; on RabbitMQ a call returns only once
-the broker has acked everything it sent (``amqp.exceptions.MessageNacked`` if it refused any).
+the broker has acked everything it sent. A broker call that fails raises
+:class:`~producer._broker.BrokerError` (``.code`` says why, ``PUBLISH_REFUSED`` if RabbitMQ
+refused a message), never the broker library's own exception.
 
 Live apps call :meth:`Producer.submit`: an optional :class:`~producer._sampling.Sampler` decides,
 then a :class:`~producer._submitter.LiveSubmitter` (started on first use) buffers and one
@@ -40,8 +42,8 @@ from celery import Celery
 from kombu.serialization import registry  # type: ignore[attr-defined]  # not in the stubs
 from kombu.utils.json import dumps as json_dumps
 
-from ._confirms import confirming
-from ._publishing import Message, Publisher, TaskIds
+from ._broker import Broker
+from ._publishing import Message, Publisher, TaskIds, publishing
 from ._sampling import Sampler
 from ._submitter import LiveSubmitter, RetryPolicy, SubmitterStats
 from .snapshot import (
@@ -66,7 +68,6 @@ from .topology import (
 )
 
 __all__ = [
-    "PIPELINE_OPERATIONS",
     "OversizedSnapshotError",
     "Producer",
     "live_transport_options",
@@ -108,8 +109,6 @@ def _celery(broker_url: str, transport_options: Mapping[str, Any], **extra: Any)
     return app
 
 
-PIPELINE_OPERATIONS = 64
-"""Publishes buffered per Redis pipeline by the bulk paths."""
 _ENCODED = "evalq-encoded-json"
 
 
@@ -233,19 +232,17 @@ class Producer:
         self._live_app_lock = threading.Lock()  # apart: building an app must not hold up submit()
         self._closed = False
         self._ids = TaskIds()
-        self._confirms = confirming(broker_url)
+        self._broker = Broker.of(broker_url)
 
-    @contextlib.contextmanager
-    def _publisher(
-        self, app: Celery, producer: Any = None, *, declare_once: bool = False
-    ) -> Iterator[Publisher]:
+    def _publisher(self, app: Celery) -> contextlib.AbstractContextManager[Publisher]:
         """A :class:`Publisher` for one call; everything it sent is confirmed when it closes."""
-        with app.producer_or_acquire(producer) as acquired:
-            publisher = Publisher(
-                app, acquired, self._ids, confirms=self._confirms, declare_once=declare_once
-            )
-            yield publisher
-            publisher.settle()
+        return publishing(app, self._ids, self._broker)
+
+    def _bulk_publisher(self) -> contextlib.AbstractContextManager[Publisher]:
+        """The bulk paths' publisher: no task-sent events, each queue declared once, and the
+        publishes pipelined on Redis (one round trip per ``PIPELINE_OPERATIONS`` instead of
+        one, plus a new redis client object, per message)."""
+        return publishing(self._bulk_app, self._ids, self._broker, bulk=True)
 
     def _send(self, message: Message, *, app: Celery | None = None) -> None:
         """Publish one task message on its own (confirmed on RabbitMQ before returning)."""
@@ -309,18 +306,6 @@ class Producer:
                 sent += len(chunk)
         return sent
 
-    @contextlib.contextmanager
-    def _bulk_publisher(self) -> Iterator[Publisher]:
-        """The bulk paths' publisher: no task-sent events, each queue declared once, and
-        kombu's ``Producer.batch`` pipelining the publishes on Redis (one round trip per
-        PIPELINE_OPERATIONS instead of one, plus a new redis client object, per message)."""
-        with (
-            self._bulk_app.producer_or_acquire() as producer,
-            producer.batch(max_size=PIPELINE_OPERATIONS),
-            self._publisher(self._bulk_app, producer, declare_once=True) as publisher,
-        ):
-            yield publisher
-
     def reevaluate_many(
         self,
         items: Iterable[Reevaluation],
@@ -349,12 +334,13 @@ class Producer:
         return sent
 
     def check_broker(self, timeout_s: int = 5) -> None:
-        """Connect once (no retry loop): raise ``kombu.exceptions.OperationalError`` if down.
+        """Connect once (no retry loop): raise :class:`BrokerError` (``BROKER_UNREACHABLE``) if
+        the broker does not answer.
 
         The bulk commands call this first, so an unreachable broker is one line at once, not a
         traceback after kombu's publish retries.
         """
-        with self._app.connection_for_write() as connection:
+        with self._broker.translating(), self._app.connection_for_write() as connection:
             connection.ensure_connection(
                 max_retries=1, interval_start=0, interval_step=0, timeout=timeout_s
             )

@@ -5,35 +5,54 @@ outcomes, tallies, ``evalq redrive``) sends through a :class:`Publisher` opened 
 it names each message (:class:`TaskIds`), declares each queue once where the path is bulk, and
 on RabbitMQ publishes each message *mandatory* and waits for the broker's confirms
 (:mod:`producer._confirms`) every :data:`CONFIRM_WINDOW` messages and when the call ends, so a
-send that returned is the broker's. A nack raises ``amqp.exceptions.MessageNacked``; a message
-returned as unroutable (its lane queue was deleted while the producer ran) is sent again once
-its queue is declared again, and :class:`~producer._confirms.UnroutableError` is raised if it
-comes back again; a window whose channel kombu replaced (a reconnect inside a publish) is sent
-again whole on the new channel.
+send that returned is the broker's. A nack raises :class:`~producer._broker.BrokerError`
+(``PUBLISH_REFUSED``); a message returned as unroutable (its lane queue was deleted while the
+producer ran) is sent again once its queue is declared again, and
+:class:`~producer._broker.UnroutableError` is raised if it comes back again; a window whose
+channel kombu replaced (a reconnect inside a publish) is sent again whole on the new channel.
+
+:func:`publishing` opens a call's publisher: it acquires a pooled kombu producer, batches a bulk
+call's publishes (kombu's ``Producer.batch``: one Redis round trip per
+:data:`PIPELINE_OPERATIONS`), and settles at the end. Every broker call of it, and of
+:class:`Publisher`, raises what fails as a :class:`~producer._broker.BrokerError`
+(:meth:`Broker.translating <producer._broker.Broker.translating>`); what the caller's own code
+raises inside the ``with`` passes through untouched, and unsent publishes are discarded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from amqp.exceptions import MessageNacked
 from celery import Celery
 from celery.utils.nodenames import anon_nodename
 
-from ._confirms import Confirms, UnroutableError
+from ._broker import Broker, BrokerError, BrokerFailure, UnroutableError
+from ._confirms import Confirms
 from .topology import ENQUEUED_AT_HEADER
 
-__all__ = ["CONFIRM_TIMEOUT_S", "CONFIRM_WINDOW", "Message", "Publisher", "TaskIds"]
+__all__ = [
+    "CONFIRM_TIMEOUT_S",
+    "CONFIRM_WINDOW",
+    "PIPELINE_OPERATIONS",
+    "Message",
+    "Publisher",
+    "TaskIds",
+    "publishing",
+]
 
 CONFIRM_WINDOW = 64
 """Messages published before a wait for their confirms (RabbitMQ): RabbitMQ writes those
 published together to disk together, so one wait covers them all."""
 CONFIRM_TIMEOUT_S = 30.0
-"""How long one wait for confirms may take before the send fails (``TimeoutError``)."""
+"""How long one wait for confirms may take before the send fails (``CONFIRM_TIMEOUT``)."""
+PIPELINE_OPERATIONS = 64
+"""Publishes a bulk call pipelines per Redis round trip (kombu's ``Producer.batch``)."""
 
 
 class TaskIds:
@@ -84,18 +103,28 @@ class Publisher:
     """
 
     def __init__(
-        self, app: Celery, producer: Any, ids: TaskIds, *, confirms: bool, declare_once: bool
+        self, app: Celery, producer: Any, ids: TaskIds, *, broker: Broker, declare_once: bool
     ) -> None:
         self._app = app
         self._producer = producer
         self._ids = ids
-        self._confirms = confirms
+        self._broker = broker
+        self._confirms = broker.confirms
         self._declared: set[str] | None = set() if declare_once else None
         self._unconfirmed: dict[str, Message] = {}
         self._window_channel: Any = None
 
     def send(self, message: Message) -> None:
         """Publish ``message`` (on RabbitMQ, confirmed by :meth:`settle` at the latest)."""
+        with self._broker.translating():
+            self._send(message)
+
+    def settle(self) -> None:
+        """Wait for the confirms of everything sent; resend what came back unroutable."""
+        with self._broker.translating():
+            self._settle()
+
+    def _send(self, message: Message) -> None:
         declared = self._declared
         if declared is not None and message.queue not in declared:
             self._producer.maybe_declare(self._app.amqp.queues[message.queue])
@@ -111,10 +140,9 @@ class Publisher:
         self._publish(message, task_id, mandatory=True)
         self._unconfirmed[task_id] = message
         if len(self._unconfirmed) >= CONFIRM_WINDOW:
-            self.settle()
+            self._settle()
 
-    def settle(self) -> None:
-        """Wait for the confirms of everything sent; resend what came back unroutable."""
+    def _settle(self) -> None:
         if not self._unconfirmed:
             return
         sent, self._unconfirmed = self._unconfirmed, {}
@@ -124,7 +152,8 @@ class Publisher:
         settled = Confirms.on(channel).wait(CONFIRM_TIMEOUT_S)
         refused = settled.nacked & sent.keys()
         if refused:
-            raise MessageNacked(f"the broker refused {len(refused)} of {len(sent)} messages")
+            detail = f"{len(refused)} of {len(sent)} messages"
+            raise BrokerError(BrokerFailure.PUBLISH_REFUSED, detail)
         for task_id in settled.returned & sent.keys():
             self._declare_again(sent[task_id], task_id)
 
@@ -136,7 +165,7 @@ class Publisher:
         for task_id, message in sent.items():
             self._publish(message, task_id, mandatory=True)
         if self._producer.channel is not channel:
-            raise ConnectionError("the broker connection was replaced twice during one send")
+            raise BrokerError(BrokerFailure.CONNECTION_REPLACED, "twice during one send")
         self._window_channel = channel
 
     def _declare_again(self, message: Message, task_id: str) -> None:
@@ -146,9 +175,9 @@ class Publisher:
         self._publish(message, task_id, mandatory=True)
         settled = Confirms.on(channel).wait(CONFIRM_TIMEOUT_S)
         if task_id in settled.nacked:
-            raise MessageNacked(f"the broker refused a message to {message.queue}")
+            raise BrokerError(BrokerFailure.PUBLISH_REFUSED, f"a message to {message.queue}")
         if task_id in settled.returned:
-            raise UnroutableError(f"queue {message.queue} cannot be routed to after declaring it")
+            raise UnroutableError(message.queue)
 
     def _publish(self, message: Message, task_id: str, **options: Any) -> None:
         if self._declared is not None:
@@ -166,3 +195,25 @@ class Publisher:
             origin=self._ids.origin,
             **options,
         )
+
+
+@contextlib.contextmanager
+def publishing(
+    app: Celery, ids: TaskIds, broker: Broker, *, producer: Any = None, bulk: bool = False
+) -> Iterator[Publisher]:
+    """One call's :class:`Publisher` over ``producer`` (else one from ``app``'s pool).
+
+    ``bulk``: pipelined publishes and each queue declared once. When the ``with`` body returns,
+    everything sent is settled (and a bulk call's pipeline flushed); when it raises, what was
+    not yet flushed is dropped and the body's exception passes through as it is.
+    """
+    with contextlib.ExitStack() as stack:
+        with broker.translating():
+            acquired = stack.enter_context(app.producer_or_acquire(producer))
+            if bulk:
+                stack.enter_context(acquired.batch(max_size=PIPELINE_OPERATIONS))
+        publisher = Publisher(app, acquired, ids, broker=broker, declare_once=bulk)
+        yield publisher
+        publisher.settle()
+        with broker.translating():
+            stack.close()

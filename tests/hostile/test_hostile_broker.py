@@ -24,7 +24,7 @@ def _one_line_failure(done_stderr: str) -> list[str]:
     lines = [line for line in done_stderr.splitlines() if line.strip()]
     assert "Traceback" not in done_stderr
     assert len(lines) == 1, done_stderr
-    assert "broker unreachable (EVALQ_BROKER_URL): OperationalError" in lines[0]
+    assert "broker unreachable (EVALQ_BROKER_URL): BROKER_UNREACHABLE" in lines[0]
     return lines
 
 

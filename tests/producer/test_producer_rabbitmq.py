@@ -10,13 +10,13 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 import pytest
-from amqp.exceptions import MessageNacked
 from celery import Celery
 from kombu import Connection, Queue
 
-from producer import Lane, Producer, Snapshot, run_backfill
+from producer import BrokerError, BrokerFailure, Lane, Producer, Snapshot, run_backfill
 from producer._backfill import BackfillRetry
-from producer._confirms import Confirms, Settled, confirming
+from producer._broker import Broker
+from producer._confirms import Confirms, Settled
 from producer._publishing import Message, Publisher, TaskIds
 from producer._submitter import RetryPolicy
 from producer.topology import LANE_QUEUES
@@ -103,13 +103,14 @@ def test_a_live_publish_the_broker_refuses_is_counted_dropped_not_sent(rabbitmq:
 
 def test_only_amqp_brokers_confirm(redis_url: str, amqp_broker: str) -> None:
     """Confirms and returns are RabbitMQ's (kombu's AMQP transports); Redis publishes plainly."""
-    assert confirming(amqp_broker)
-    assert not confirming(redis_url)
+    assert Broker.of(amqp_broker).confirms
+    assert not Broker.of(redis_url).confirms
 
 
 def test_a_bulk_send_the_broker_refuses_raises_at_the_send(rabbitmq: str) -> None:
     """A bulk send RabbitMQ nacks (the live queue replaced by a full one that rejects
-    publishes, after the producer declared it) raises MessageNacked instead of returning."""
+    publishes, after the producer declared it) raises BrokerError PUBLISH_REFUSED instead of
+    returning."""
     live = LANE_QUEUES[Lane.LIVE]
     full = Queue(live, queue_arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
     with Producer(rabbitmq) as producer:
@@ -118,8 +119,9 @@ def test_a_bulk_send_the_broker_refuses_raises_at_the_send(rabbitmq: str) -> Non
         with Connection(rabbitmq, connect_timeout=5) as conn:
             full(conn.default_channel).declare()
         try:
-            with pytest.raises(MessageNacked):
+            with pytest.raises(BrokerError) as raised:
                 _send_many(producer, make_snapshot("refused"))
+            assert raised.value.code is BrokerFailure.PUBLISH_REFUSED
         finally:
             _delete(rabbitmq, live)
 
@@ -210,6 +212,8 @@ class _Channel:
         self.published.append(message.properties["correlation_id"])
 
     def drain_events(self, timeout: float) -> None:
+        if not self.frames:
+            raise TimeoutError("timed out")  # py-amqp: the socket's timeout, nothing came
         event, args = self.frames.pop(0)
         for handler in self.events[event]:
             handler(*args)
@@ -236,6 +240,20 @@ def test_confirms_settle_every_publish_and_name_the_nacked_and_returned() -> Non
     assert confirms.wait(timeout_s=5) == Settled(frozenset(), frozenset())
 
 
+_AMQP = Broker.of("amqp://guest:guest@127.0.0.1:5672//")  # its traits only: nothing connects
+
+
+def test_confirms_that_do_not_come_are_a_confirm_timeout() -> None:
+    """A wait whose confirms never come raises BrokerError CONFIRM_TIMEOUT naming how many are
+    pending, not the socket's TimeoutError."""
+    channel = _Channel()
+    confirms = Confirms.on(channel)
+    channel.basic_publish(_Message("t1"), exchange="", routing_key="q")
+    with pytest.raises(BrokerError, match="1 publishes") as raised:
+        confirms.wait(timeout_s=0.5)
+    assert raised.value.code is BrokerFailure.CONFIRM_TIMEOUT
+
+
 class _App:
     """A Celery app as Publisher uses it: send_task publishes on the producer's channel."""
 
@@ -258,7 +276,7 @@ def test_a_window_whose_channel_was_replaced_is_sent_again_on_the_new_one() -> N
     producer = _Producer()
     old = producer.channel
     publisher = Publisher(
-        cast(Celery, _App(producer)), producer, TaskIds(), confirms=True, declare_once=False
+        cast(Celery, _App(producer)), producer, TaskIds(), broker=_AMQP, declare_once=False
     )
     publisher.send(Message("evalq.evaluate", {}, "evalq.live", "first"))
     producer.channel = new = _Channel()

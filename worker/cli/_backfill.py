@@ -165,10 +165,9 @@ def _hint(job: _Backfill) -> str:
 
 def _run_backfill(job: _Backfill, config: Settings, url: str, stop: _Signal) -> BackfillSummary:
     """One backfill run with the store, the producer and the progress bar open."""
-    import redis  # noqa: PLC0415 - fast --help
-
-    from producer import (  # noqa: PLC0415
+    from producer import (  # noqa: PLC0415 - fast --help
         BackfillError,
+        BrokerError,
         RedisQueueDepth,
         rich_progress,
         run_backfill,
@@ -212,7 +211,7 @@ def _run_backfill(job: _Backfill, config: Settings, url: str, stop: _Signal) -> 
         raise typer.Exit(1) from None
     except ValueError as exc:  # BACKFILL_MISMATCH, UNKNOWN_BACKFILL, INPUT_CHANGED, --format
         invalid(f"invalid backfill: {exc}")
-    except redis.RedisError as exc:  # the queue depth could not be read, even after retries
+    except BrokerError as exc:  # the queue depth could not be read, even after retries
         broker_down(exc, f"continue with --resume {job.chosen}")
     finally:
         if depth is not None:

@@ -1,7 +1,8 @@
 """What every command shares: settings, the store, the broker, and one-line failures.
 
 Every failure a user can cause or meet is one line on stderr and an exit status (2: invalid
-configuration or options, 1: an unreachable broker), never a traceback. Heavy modules (Celery,
+configuration or options, 1: a broker that is unreachable or failed a send, named by its
+:class:`~producer.BrokerFailure` code), never a traceback. Heavy modules (Celery,
 kombu, the store drivers) are imported when a command runs, so ``evalq --help`` stays fast.
 """
 
@@ -18,7 +19,7 @@ import typer
 from ._app import err
 
 if TYPE_CHECKING:
-    from producer import Producer, RejectedLine
+    from producer import BrokerError, Producer, RejectedLine
     from worker.settings import ConfigError, Settings
     from worker.store import Store
 
@@ -127,11 +128,13 @@ def say_empty(source: str, what: str, action: str) -> None:
     )
 
 
-def broker_down(exc: BaseException, hint: str | None = None) -> NoReturn:
-    """One line (no traceback, no URL: it may hold a password), then exit status 1."""
+def broker_down(exc: BrokerError, hint: str | None = None) -> NoReturn:
+    """One line with the failure's code (no traceback, no URL: it may hold a password), then
+    exit status 1."""
     hint = f"; {hint}" if hint else ""
+    what = "unreachable" if exc.code == "BROKER_UNREACHABLE" else "failed"
     err.print(
-        f"[red]broker unreachable[/red] (EVALQ_BROKER_URL): {type(exc).__name__}{hint}",
+        f"[red]broker {what}[/red] (EVALQ_BROKER_URL): {exc.code}{hint}",
         highlight=False,
         soft_wrap=True,
     )
@@ -140,20 +143,20 @@ def broker_down(exc: BaseException, hint: str | None = None) -> NoReturn:
 
 @contextmanager
 def connected(config: Settings, url: str, hint: str | None = None) -> Iterator[Producer]:
-    """A producer whose broker answered one connection attempt; a dead broker is one line."""
-    from kombu.exceptions import OperationalError  # noqa: PLC0415 - fast --help
-
+    """A producer whose broker answered one connection attempt; a dead broker, or a send the
+    broker failed, is one line."""
+    from producer import BrokerError  # noqa: PLC0415 - fast --help
     from worker.producing import producer_for  # noqa: PLC0415
 
     producer = producer_for(config, url)
     try:
         try:
             producer.check_broker()
-        except (OperationalError, OSError) as exc:
+        except BrokerError as exc:
             broker_down(exc, hint)
         try:
             yield producer
-        except OperationalError as exc:  # the broker went away while sending (not a file error)
+        except BrokerError as exc:  # the broker went away or refused while sending
             broker_down(exc, hint)
     finally:
         producer.close()
