@@ -154,8 +154,9 @@ class Publisher:
         if refused:
             detail = f"{len(refused)} of {len(sent)} messages"
             raise BrokerError(BrokerFailure.PUBLISH_REFUSED, detail)
-        for task_id in settled.returned & sent.keys():
-            self._declare_again(sent[task_id], task_id)
+        returned = {t: m for t, m in sent.items() if t in settled.returned}  # in sent order
+        if returned:
+            self._declare_again(returned)
 
     def _send_again(self, channel: Any, sent: dict[str, Message]) -> None:
         """kombu reconnected inside a publish (its retry policy): the old channel's confirms
@@ -168,16 +169,21 @@ class Publisher:
             raise BrokerError(BrokerFailure.CONNECTION_REPLACED, "twice during one send")
         self._window_channel = channel
 
-    def _declare_again(self, message: Message, task_id: str) -> None:
-        """Declare ``message``'s queue (deleted since this connection declared it), resend it."""
+    def _declare_again(self, returned: dict[str, Message]) -> None:
+        """Declare the queues of ``returned`` (deleted since this connection declared them),
+        each once, and send those messages again, waiting once for all their confirms."""
         channel = self._producer.channel
-        self._app.amqp.queues[message.queue].bind(channel).declare()
-        self._publish(message, task_id, mandatory=True)
+        queues = {message.queue for message in returned.values()}
+        for queue in sorted(queues):
+            self._app.amqp.queues[queue].bind(channel).declare()
+        for task_id, message in returned.items():
+            self._publish(message, task_id, mandatory=True)
         settled = Confirms.on(channel).wait(CONFIRM_TIMEOUT_S)
-        if task_id in settled.nacked:
-            raise BrokerError(BrokerFailure.PUBLISH_REFUSED, f"a message to {message.queue}")
-        if task_id in settled.returned:
-            raise UnroutableError(message.queue)
+        if settled.nacked & returned.keys():
+            raise BrokerError(BrokerFailure.PUBLISH_REFUSED, f"a message to {sorted(queues)}")
+        again = settled.returned & returned.keys()
+        if again:
+            raise UnroutableError(returned[min(again)].queue)
 
     def _publish(self, message: Message, task_id: str, **options: Any) -> None:
         if self._declared is not None:

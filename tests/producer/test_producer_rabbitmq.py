@@ -255,10 +255,14 @@ def test_confirms_that_do_not_come_are_a_confirm_timeout() -> None:
 
 
 class _App:
-    """A Celery app as Publisher uses it: send_task publishes on the producer's channel."""
+    """A Celery app as Publisher uses it: send_task publishes on the producer's channel; the
+    queues it declares are counted by name."""
 
     def __init__(self, producer: _Producer) -> None:
         self.producer = producer
+        self.declared: list[str] = []
+        self.amqp = self  # app.amqp.queues[name].bind(channel).declare()
+        self.queues = _Queues(self.declared)
 
     def send_task(self, name: str, *, task_id: str, **options: object) -> None:
         self.producer.channel.basic_publish(_Message(task_id))
@@ -267,6 +271,39 @@ class _App:
 class _Producer:
     def __init__(self) -> None:
         self.channel = _Channel()
+
+
+class _Queues:
+    def __init__(self, declared: list[str]) -> None:
+        self._declared = declared
+        self._name = ""
+
+    def __getitem__(self, name: str) -> _Queues:
+        self._name = name
+        return self
+
+    def bind(self, channel: object) -> _Queues:
+        return self
+
+    def declare(self) -> None:
+        self._declared.append(self._name)
+
+
+def test_messages_returned_together_declare_their_queue_once() -> None:
+    """Three messages of a window returned unroutable (their lane queue deleted) declare that
+    queue once, go again together and are settled by one wait."""
+    producer = _Producer()
+    app = _App(producer)
+    publisher = Publisher(cast(Celery, app), producer, TaskIds(), broker=_AMQP, declare_once=False)
+    for label in ("a", "b", "c"):
+        publisher.send(Message("evalq.evaluate", {}, "evalq.live", label))
+    sent = list(producer.channel.published)
+    returns = [("basic_return", (None, "", "evalq.live", _Message(t))) for t in sent]
+    producer.channel.frames = [*returns, ("basic_ack", (3, True)), ("basic_ack", (6, True))]
+    publisher.settle()
+    assert app.declared == ["evalq.live"]
+    assert producer.channel.published == sent + sent
+    assert producer.channel.frames == []
 
 
 def test_a_window_whose_channel_was_replaced_is_sent_again_on_the_new_one() -> None:
