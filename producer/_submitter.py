@@ -296,11 +296,12 @@ class LiveSubmitter:
 
     def _log_drop(self, reason: str, count: int, exc: Exception) -> None:
         log.warning(
-            "evalq.submit.dropped lane=%s reason=%s count=%d error_type=%s",
+            "evalq.submit.dropped lane=%s reason=%s count=%d error_type=%s code=%s",
             self.name,
             reason,
             count,
             type(exc).__name__,
+            getattr(exc, "code", "-"),  # a BrokerError's BrokerFailure: why the broker failed
         )
 
     def _log_full_drops(self) -> None:

@@ -80,9 +80,12 @@ def test_a_send_after_its_lane_queue_was_deleted_declares_it_again(
         assert _depth(rabbitmq, live) == expected
 
 
-def test_a_live_publish_the_broker_refuses_is_counted_dropped_not_sent(rabbitmq: str) -> None:
+def test_a_live_publish_the_broker_refuses_is_counted_dropped_not_sent(
+    rabbitmq: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A live publish RabbitMQ nacks (the live queue replaced, after the producer declared it,
-    by a full one that rejects publishes) ends as ``dropped_failed``, never counted as sent."""
+    by a full one that rejects publishes) ends as ``dropped_failed``, never counted as sent,
+    and its log line names the broker's code."""
     live = LANE_QUEUES[Lane.LIVE]
     full = Queue(live, queue_arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
     once = RetryPolicy(attempts=1, timeout_s=5.0)
@@ -99,6 +102,9 @@ def test_a_live_publish_the_broker_refuses_is_counted_dropped_not_sent(rabbitmq:
             assert (stats.sent, stats.dropped_failed) == (1, 1)
         finally:
             _delete(rabbitmq, live)  # the fixture declares the real one again
+    drops = [r.getMessage() for r in caplog.records if "evalq.submit.dropped" in r.getMessage()]
+    assert len(drops) == 1
+    assert "error_type=BrokerError code=PUBLISH_REFUSED" in drops[0]
 
 
 def test_only_amqp_brokers_confirm(redis_url: str, amqp_broker: str) -> None:
