@@ -36,9 +36,10 @@ Store trouble:
 - ``STORE_REPLACED`` (the SQLite file was deleted or replaced: it never comes back in this
   process) → no hold: the process halts at once.
 - once halted, every write fails at once with the halt's code (nothing more is acked).
-- permanent for the group (:class:`~worker.store.PermanentStoreError`) → the group's records are
-  written one by one, so only the offending record fails (its message is then requeued and its
-  error logged by code).
+- permanent for the group (:class:`~worker.store.PermanentStoreError`, or an unexpected error:
+  a bug) → the group's records are written one by one, so only the offending record fails (the
+  handler then keeps its snapshot as a ``RECORD_REFUSED`` or ``INTERNAL_ERROR`` dead letter and
+  acks its message: requeued, it would be evaluated and refused again for ever).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ from worker.runtime import Runtime
 from worker.store import (
     SQLITE_BULK_ROWS,
     EvaluationRecord,
-    PermanentStoreError,
     SendRecord,
     SnapshotText,
     StoreCode,
@@ -190,7 +190,9 @@ class Committer:
             written = await self._held(
                 lambda: self.rt.in_store_thread(store.record_evaluations, items, urgent, sends)
             )
-        except PermanentStoreError:
+        except TransientStoreError:
+            raise  # held past the bound, or a halt: every record of the group fails with it
+        except Exception:  # noqa: BLE001 - refused for good or a bug: find the record(s) it was
             await self._one_by_one(group)
             return
         results = dict(zip(map(id, records), written, strict=True))
@@ -202,7 +204,7 @@ class Committer:
         for pending in group:
             try:
                 result = await self._held(lambda p=pending: self._write_one(p))  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001 - this record's message is requeued
+            except Exception as exc:  # noqa: BLE001 - this record alone fails (its handler decides)
                 _fail(pending.written, exc)
             else:
                 if not pending.written.done():

@@ -38,6 +38,13 @@ What happens to an item (one snapshot; a backfill message holds several):
 - An unexpected error (a bug, not a refusal) while accepting a message, or in its
   micro-batch's skip-if-done step → the whole message is an ``INTERNAL_ERROR`` dead letter with
   its raw bytes (:meth:`Handler._give_up`), never a message left without a verdict.
+- Its evaluation fails with a bug → an ``INTERNAL_ERROR`` dead letter of its snapshot; the store
+  refuses its record for good (``PermanentStoreError``: a permission, a constraint) →
+  a ``RECORD_REFUSED`` dead letter of its snapshot; a bug while writing it → ``INTERNAL_ERROR``.
+  Each is kept for ``evalq redrive`` and the message is acked: requeued instead, it would be
+  evaluated again, the judge paid again, and refused again, for ever. Only store trouble that
+  passes (a ``TransientStoreError``, a halt) or a dead letter that cannot be written either
+  sends the message back to the broker.
 - An outcome event whose ``event_id`` is already stored with other content → the stored one is
   kept, the new one becomes an ``OUTCOME_CONFLICT`` dead letter; an identical resend is a no-op.
 
@@ -89,9 +96,11 @@ from worker.store import (
     EvaluationRecord,
     MetricResultRecord,
     OutcomeRecord,
+    PermanentStoreError,
     ResultAudit,
     SendRecord,
     SnapshotText,
+    StoreCode,
     StoreError,
     TallyRecord,
     TransientStoreError,
@@ -680,24 +689,29 @@ class Handler:
             _log.error(
                 "evaluation failed: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__
             )
-            raw = job.content.canonical_text.encode("utf-8")
-            await self._write_later(
-                record_dead_letter,
-                self.rt.store,
-                DeadLetterCode.INTERNAL_ERROR,
-                message.delivery.task,
-                job.lane.value,
-                raw,
-            )
-            metrics.observe_dead_letter(DeadLetterCode.INTERNAL_ERROR.value, job.lane.value)
-            await self._sends_alone(message)
+            await self._keep(job, message, DeadLetterCode.INTERNAL_ERROR)
             return
-        written = await self.committer.write(
-            record, job.content, urgent=job.lane is Lane.LIVE, sends=message.take_sends()
-        )
+        try:
+            written = await self.committer.write(
+                record, job.content, urgent=job.lane is Lane.LIVE, sends=message.take_sends()
+            )
+        except Exception as exc:  # refused for good, or a bug: kept, never looped
+            if _passing(exc):
+                raise  # store trouble that may pass, a halt, a shutdown: back to the broker
+            await self._keep(job, message, _refusal(exc))
+            return
         _observe(job, record, finished, written.created)
         if written.created and self.events is not None:
             _emit(self.events, job, record)
+
+    async def _keep(self, job: _Job, message: _Message, code: DeadLetterCode) -> None:
+        """``job``'s snapshot as a ``code`` dead letter, kept for redrive; then the message's
+        sends, if no evaluation of it carried them."""
+        raw = job.content.canonical_text.encode("utf-8")
+        task, lane = message.delivery.task, job.lane.value
+        await self._write_later(record_dead_letter, self.rt.store, code, task, lane, raw)
+        metrics.observe_dead_letter(code.value, lane)
+        await self._sends_alone(message)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -749,6 +763,22 @@ class Handler:
             return
         gathered = asyncio.gather(*message.writes, return_exceptions=True)
         gathered.add_done_callback(lambda done: _settle(message.verdict, _verdict_of(done)))
+
+
+def _passing(exc: Exception) -> bool:
+    """Whether a failed write may succeed on redelivery: transient store trouble (a halt
+    included) or a store this process closed (a shutdown)."""
+    closed = isinstance(exc, StoreError) and exc.code == StoreCode.STORE_CLOSED
+    return closed or isinstance(exc, TransientStoreError)
+
+
+def _refusal(exc: Exception) -> DeadLetterCode:
+    """The dead letter a record the store did not take becomes (logged by code)."""
+    if isinstance(exc, PermanentStoreError):
+        _log.error("record refused: %s (%s)", DeadLetterCode.RECORD_REFUSED, exc.code)
+        return DeadLetterCode.RECORD_REFUSED
+    _log.error("record failed: %s (%s)", DeadLetterCode.INTERNAL_ERROR, type(exc).__name__)
+    return DeadLetterCode.INTERNAL_ERROR
 
 
 def _items(payload: Any) -> list[Any]:

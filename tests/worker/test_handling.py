@@ -20,13 +20,21 @@ from producer import Lane, Snapshot
 from producer.snapshot import EVALUATE_TASK, OUTCOME_TASK
 from tests.queue.queue_kit import example_snapshots, variants
 from worker import handling, runtime
+from worker.canonical_json import canonical_json
 from worker.committer import Committer
 from worker.dead_letters import DeadLetterCode, raw_bytes
 from worker.handling import Delivery, Handler, Verdict
 from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
 from worker.runtime import Runtime
 from worker.settings import load_settings
-from worker.store import Store, TransientStoreError, Written, open_store
+from worker.store import (
+    EvaluationRecord,
+    PermanentStoreError,
+    Store,
+    TransientStoreError,
+    Written,
+    open_store,
+)
 from worker.store._batch import EvaluationItem
 
 
@@ -597,6 +605,81 @@ def test_a_store_that_stays_down_requeues(store: Store) -> None:
         rt.close()
     assert verdict is Verdict.REQUEUE
     assert store.count_evaluations() == 0
+
+
+class RefusingStore(CountingStore):
+    """A real store that refuses, for good, every write holding one snapshot's evaluation
+    (``error``); the dead letters it may refuse too (``refuse_dead_letters``)."""
+
+    def __init__(self, store: Store, snapshot_id: str, error: Exception) -> None:
+        super().__init__(store)
+        self.snapshot_id, self.error = snapshot_id, error
+        self.refuse_dead_letters = False
+
+    def record_evaluations(
+        self, items: Sequence[EvaluationItem], urgent: bool = False, sends: Sequence[Any] = ()
+    ) -> list[Written]:
+        if any(record.snapshot_id == self.snapshot_id for record, _ in items):
+            raise self.error
+        return super().record_evaluations(items, urgent, sends)
+
+    def record_evaluation(self, record: EvaluationRecord, snapshot: Any = None) -> Written:
+        if record.snapshot_id == self.snapshot_id:
+            raise self.error
+        return self._store.record_evaluation(record, snapshot)
+
+    def record_dead_letter(self, *args: Any, **kwargs: Any) -> Any:
+        if self.refuse_dead_letters:
+            raise PermanentStoreError("STORE_FAILED")
+        return self._store.record_dead_letter(*args, **kwargs)
+
+
+def _refused_alone(
+    store: Store, error: Exception, *, refuse_dead_letters: bool = False
+) -> tuple[list[Verdict], Snapshot, CountingJudge]:
+    """Two live snapshots in one micro-batch, the first of which the store refuses for good."""
+    refused, kept = _snapshots(2, "refused")
+    refusing = RefusingStore(store, refused.snapshot_id, error)
+    refusing.refuse_dead_letters = refuse_dead_letters
+    judge = CountingJudge(delay_s=0.0)
+    rt = Runtime(load_settings(processes=1), store=refusing, judge=judge)  # type: ignore[arg-type]
+    try:
+        verdicts = _handle(rt, [_evaluate(refused.wire()), _evaluate(kept.wire())])
+    finally:
+        rt.close()
+    return verdicts, refused, judge
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (PermanentStoreError("STORE_PERMISSION_DENIED"), DeadLetterCode.RECORD_REFUSED),
+        (RuntimeError("a bug in the writer"), DeadLetterCode.INTERNAL_ERROR),
+    ],
+    ids=["refused", "bug"],
+)
+def test_a_record_the_store_will_never_take_is_a_dead_letter_not_a_loop(
+    store: Store, error: Exception, code: DeadLetterCode
+) -> None:
+    """A record the store refuses for good (or a bug writing it) leaves its snapshot as a dead
+    letter kept for redrive and its message acked, instead of requeued to be judged and refused
+    again for ever; the record written beside it in the same group is kept."""
+    verdicts, refused, judge = _refused_alone(store, error)
+    assert verdicts == [Verdict.ACK, Verdict.ACK]
+    assert store.count_evaluations() == 1
+    (letter,) = store.open_dead_letters()
+    assert letter.reason == code
+    assert letter.payload == canonical_json(refused.wire()).encode("utf-8")
+    assert judge.calls > 0
+
+
+def test_a_dead_letter_that_cannot_be_written_either_requeues(store: Store) -> None:
+    """When the store refuses the dead letter too, the message goes back to the broker (the
+    last resort: nothing acked that is not written), and the other message is acked."""
+    refused_for_good = PermanentStoreError("STORE_FAILED")
+    verdicts, _, _ = _refused_alone(store, refused_for_good, refuse_dead_letters=True)
+    assert verdicts == [Verdict.REQUEUE, Verdict.ACK]
+    assert store.open_dead_letters() == ()
 
 
 def test_outcomes_are_recorded_through_the_same_path(store: Store) -> None:
