@@ -18,9 +18,17 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
+from producer import Lane
+from producer.snapshot import EVALUATE_TASK
 from tests.conftest import POSTGRES_URL
-from tests.queue.queue_kit import REPO, worker_env
+from tests.queue.queue_kit import REPO, example_snapshots, worker_env
 from tests.store._store_helpers import evaluation_record, outcome_record, snapshot_record
+from worker import runtime
+from worker.dead_letters import raw_bytes
+from worker.handling import Delivery, Handler, Verdict
+from worker.judges import SyntheticJudge
+from worker.runtime import Runtime
+from worker.settings import load_settings
 from worker.store import DeadLetterRecord, PermanentStoreError, open_store
 
 pytestmark = pytest.mark.services
@@ -154,3 +162,26 @@ def test_owner_purge_expires_content_and_worker_still_reads(roles: Roles) -> Non
         assert store.get_snapshot(snapshot.snapshot_id) is None
         assert store.find_evaluation(snapshot.snapshot_id, "agent@1") is not None
         assert store.count_snapshots() == 1
+
+
+def test_a_record_the_role_may_not_insert_is_a_record_refused_dead_letter(roles: Roles) -> None:
+    """A worker role missing its INSERT grant on evaluations (a deployment mistake): the real
+    PostgreSQL refusal keeps the snapshot as a RECORD_REFUSED dead letter and acks its message
+    once, instead of requeueing it to be judged and refused again for ever."""
+    _migrate_and_grant(roles)
+    with psycopg.connect(roles.owner_url, autocommit=True) as owner:
+        owner.execute(f'REVOKE INSERT ON evaluations FROM "{roles.worker}"')
+    snapshot = example_snapshots()["order-42"]
+    delivery = Delivery(
+        EVALUATE_TASK, (snapshot.wire(),), {}, Lane.LIVE, raw_bytes(snapshot.wire())
+    )
+    with open_store(roles.worker_url) as store:
+        rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
+        try:
+            with runtime.use(rt):
+                verdicts = rt.call(Handler(rt).handle([delivery]), timeout_s=30)
+        finally:
+            rt.close()
+        assert verdicts == [Verdict.ACK]
+        assert [d.reason for d in store.open_dead_letters()] == ["RECORD_REFUSED"]
+        assert store.count_evaluations() == 0
