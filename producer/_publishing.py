@@ -180,7 +180,8 @@ class Publisher:
             self._publish(message, task_id, mandatory=True)
         settled = Confirms.on(channel).wait(CONFIRM_TIMEOUT_S)
         if settled.nacked & returned.keys():
-            raise BrokerError(BrokerFailure.PUBLISH_REFUSED, f"a message to {sorted(queues)}")
+            detail = f"a message to {', '.join(sorted(queues))}"
+            raise BrokerError(BrokerFailure.PUBLISH_REFUSED, detail)
         again = settled.returned & returned.keys()
         if again:
             raise UnroutableError(returned[min(again)].queue)
@@ -205,9 +206,9 @@ class Publisher:
 
 @contextlib.contextmanager
 def publishing(
-    app: Celery, ids: TaskIds, broker: Broker, *, producer: Any = None, bulk: bool = False
+    app: Celery, ids: TaskIds, broker: Broker, *, bulk: bool = False
 ) -> Iterator[Publisher]:
-    """One call's :class:`Publisher` over ``producer`` (else one from ``app``'s pool).
+    """One call's :class:`Publisher` over a kombu producer from ``app``'s pool.
 
     ``bulk``: pipelined publishes and each queue declared once. When the ``with`` body returns,
     everything sent is settled (and a bulk call's pipeline flushed); when it raises, what was
@@ -215,7 +216,7 @@ def publishing(
     """
     with contextlib.ExitStack() as stack:
         with broker.translating():
-            acquired = stack.enter_context(app.producer_or_acquire(producer))
+            acquired = stack.enter_context(app.producer_or_acquire())
             if bulk:
                 stack.enter_context(acquired.batch(max_size=PIPELINE_OPERATIONS))
         publisher = Publisher(app, acquired, ids, broker=broker, declare_once=bulk)
