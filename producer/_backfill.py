@@ -334,7 +334,7 @@ class BackfillRetry:
     wait_max_s: float = 10.0
 
 
-def _transient(exc: Exception) -> bool:
+def _transient(exc: BaseException) -> bool:
     return not isinstance(exc, _NOT_RETRIED)
 
 

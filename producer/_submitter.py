@@ -288,7 +288,7 @@ class LiveSubmitter:
             with attempt:
                 self._send(batch)
 
-    def _should_retry(self, exc: Exception) -> bool:
+    def _should_retry(self, exc: BaseException) -> bool:
         if isinstance(exc, _NOT_RETRIED):
             return False
         deadline = self._close_deadline  # closing: stop retrying once the close budget is spent

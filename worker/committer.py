@@ -250,7 +250,7 @@ class Committer:
                     raise
         raise AssertionError("unreachable: stamina either returns or raises")
 
-    def _worth_holding(self, exc: Exception) -> bool:
+    def _worth_holding(self, exc: BaseException) -> bool:
         return (
             isinstance(exc, TransientStoreError)
             and exc.code != _REPLACED

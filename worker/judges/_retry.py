@@ -93,7 +93,7 @@ class RetryPlan:
         self._failures = 0
         self.retry_after_s: float | None = None  # set by the attempt that saw the header
 
-    def __call__(self, exc: Exception) -> bool | float:
+    def __call__(self, exc: BaseException) -> bool | float:
         self._failures += 1
         retry_after, self.retry_after_s = self.retry_after_s, None
         if not isinstance(exc, JudgeError) or not exc.retryable:

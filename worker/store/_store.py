@@ -136,12 +136,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _retry_here(exc: Exception) -> bool:
+def _retry_here(exc: BaseException) -> bool:
     """Transient errors worth retrying inside the call (a replaced file never comes back)."""
     return isinstance(exc, TransientStoreError) and exc.code != StoreCode.STORE_REPLACED
 
 
-def _busy(exc: Exception) -> bool:
+def _busy(exc: BaseException) -> bool:
     """A lock held by another process: the database is there, try again shortly."""
     return isinstance(exc, TransientStoreError) and exc.code == StoreCode.STORE_BUSY
 
@@ -166,7 +166,7 @@ class Store:
         """The SQLite file path, or the PostgreSQL URL without password (safe to print)."""
         return self._backend.location
 
-    def _retrying(self, on: Callable[[Exception], bool]) -> Iterable[stamina.Attempt]:
+    def _retrying(self, on: Callable[[BaseException], bool]) -> Iterable[stamina.Attempt]:
         """The store's one retry policy (stamina) for the errors ``on`` accepts."""
         return stamina.retry_context(
             on=on,
