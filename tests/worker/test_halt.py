@@ -96,15 +96,19 @@ def test_the_first_halt_wins_and_every_hook_hears_it() -> None:
 def test_a_transient_fault_past_the_hold_halts_and_later_writes_fail_at_once(
     store: Store,
 ) -> None:
-    """STORE_FULL is retried with back-off for the hold, then the runtime halts with that code;
-    the next write fails with it without reaching the store (nothing more is acked)."""
+    """STORE_FULL is retried with back-off within the hold (never past it: stamina gives up when
+    the next backoff would end after it), then the runtime halts with that code; the next write
+    fails with it without reaching the store (nothing more is acked)."""
     failing = FailingStore(store, "STORE_FULL")
-    rt = _runtime(failing)
+    hold_s = 2.5  # room for the first backoff (0.5 s plus up to 1 s of jitter) and a retry
+    rt = _runtime(failing, hold_s=hold_s)
     try:
         committer = Committer(rt)
         started = time.monotonic()
         assert _write(rt, committer) == "STORE_FULL"
-        assert time.monotonic() - started >= 0.3
+        held_s = time.monotonic() - started
+        assert failing.calls >= 2  # retried
+        assert 0.5 <= held_s <= hold_s + 0.5  # after a backoff, within the hold
         assert rt.halt.reason == "STORE_FULL"
         calls = failing.calls
         assert _write(rt, committer) == "STORE_FULL"
