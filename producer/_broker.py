@@ -83,16 +83,10 @@ class Broker:
     def of(cls, broker_url: str) -> Broker:
         """The traits of ``broker_url``'s kombu transport (nothing is connected)."""
         transport = Connection(broker_url).transport
-        connection_errors: tuple[type[BaseException], ...] = transport.connection_errors
-        channel_errors: tuple[type[BaseException], ...] = transport.channel_errors
-        unreachable: tuple[type[BaseException], ...] = (
-            OperationalError,
-            OSError,
-            *_libraries(connection_errors),
-        )
-        libraries = (KombuError, AMQPError, MessageNacked, *_libraries(channel_errors))
-        failing: tuple[type[BaseException], ...] = (*unreachable, *libraries)
-        return cls(transport.driver_type == "amqp", unreachable, failing)
+        ours: tuple[type[BaseException], ...] = (OperationalError, OSError)
+        unreachable = (*ours, *_libraries(transport.connection_errors))
+        others = (KombuError, AMQPError, MessageNacked, *_libraries(transport.channel_errors))
+        return cls(transport.driver_type == "amqp", unreachable, (*unreachable, *others))
 
     def translated(self, exc: BaseException) -> BaseException:
         """The :class:`BrokerError` that ``exc`` means; ``exc`` itself if it is not the broker's."""

@@ -109,7 +109,6 @@ class Publisher:
         self._producer = producer
         self._ids = ids
         self._broker = broker
-        self._confirms = broker.confirms
         self._declared: set[str] | None = set() if declare_once else None
         self._unconfirmed: dict[str, Message] = {}
         self._window_channel: Any = None
@@ -130,7 +129,7 @@ class Publisher:
             self._producer.maybe_declare(self._app.amqp.queues[message.queue])
             declared.add(message.queue)
         task_id = self._ids.next_id()
-        if not self._confirms:
+        if not self._broker.confirms:
             self._publish(message, task_id)
             return
         channel = self._producer.channel

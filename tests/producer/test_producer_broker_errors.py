@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 from amqp.exceptions import MessageNacked, PreconditionFailed
+from kombu import Connection, Queue
 from kombu.exceptions import (  # type: ignore[attr-defined]  # not in the stubs
     BatchPublishError,
     EncodeError,
@@ -147,8 +148,6 @@ def test_enqueue_into_a_lane_queue_the_broker_refuses_is_one_line(
     """``evalq enqueue`` whose lane queue on RabbitMQ was declared with other arguments (the
     broker refuses the producer's declaration) fails in one line naming BROKER_ERROR, exit 1,
     no traceback, no URL."""
-    from kombu import Connection, Queue  # noqa: PLC0415 - RabbitMQ-only test
-
     queue = "evalq.live"
     with Connection(amqp_url, connect_timeout=5) as conn:
         conn.default_channel.queue_delete(queue)  # type: ignore[attr-defined]
