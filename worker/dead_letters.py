@@ -67,7 +67,8 @@ class DeadLetterCode(StrEnum):
     WINDOW_VIOLATION = "WINDOW_VIOLATION"
     TRACE_INVALID = "TRACE_INVALID"
     UNKNOWN_METRIC_SET = "UNKNOWN_METRIC_SET"
-    # The store refused the item's evaluation record for good (a permission, a constraint).
+    # The store refused the item's record for good (a permission, a constraint): an
+    # evaluation's, an outcome's or a sampling tally's.
     RECORD_REFUSED = "RECORD_REFUSED"
     # An outcome event whose event_id is stored with other content (the stored one is kept).
     OUTCOME_CONFLICT = "OUTCOME_CONFLICT"

@@ -1,8 +1,10 @@
 """Halting a consumer process that cannot go on: one log line with the reason, a non-zero exit.
 
-A worker whose store stays unavailable past the hold bound (``EVALQ_STORE_HOLD_S``), or whose
-SQLite file was replaced under it, must not keep fetching: every message would be requeued,
-fetched again and requeued (a hot loop), or worse, acked into a file nobody reads. The first
+A worker whose store stays unavailable past the hold bound (``EVALQ_STORE_HOLD_S``), whose
+SQLite file was replaced under it, or whose store refuses a dead letter for good (the last
+resort for what it cannot keep: :mod:`worker.handling`), must not keep fetching: every message
+would be requeued, fetched again and requeued (a hot loop), or worse, acked into a file nobody
+reads. The first
 :meth:`Halt.stop` logs one line with the reason code (``worker halted: STORE_FULL; ...``), makes
 every later store write fail at once (nothing is acked from then on; messages in flight are
 requeued) and runs the stop hooks: the consumer's lifecycle step asks Celery for a warm shutdown

@@ -43,10 +43,15 @@ What happens to an item (one snapshot; a backfill message holds several):
   a ``RECORD_REFUSED`` dead letter of its snapshot; a bug while writing it → ``INTERNAL_ERROR``.
   Each is kept for ``evalq redrive`` and the message is acked: requeued instead, it would be
   evaluated again, the judge paid again, and refused again, for ever. Only store trouble that
-  passes (a ``TransientStoreError``, a halt) or a dead letter that cannot be written either
-  sends the message back to the broker.
+  passes (a ``TransientStoreError``, a halt, a shutdown) sends the message back to the broker.
 - An outcome event whose ``event_id`` is already stored with other content → the stored one is
   kept, the new one becomes an ``OUTCOME_CONFLICT`` dead letter; an identical resend is a no-op.
+  An outcome or a sampling tally the store refuses for good → a ``RECORD_REFUSED`` (a bug:
+  ``INTERNAL_ERROR``) dead letter of its message's raw bytes, acked.
+- A dead letter the store refuses for good (or a bug writing it) → the process halts
+  (:mod:`worker.halt`: one line with the store's code, exit 75) and the message goes back to
+  the broker: the dead letter is the last resort, and a store that refuses it would see every
+  message it cannot keep fetched and refused again for ever.
 
 Logs carry reason codes and snapshot ids, never exception text, keys or content.
 """
@@ -557,11 +562,11 @@ class Handler:
                 self._accept_items(message, _items(_one_argument(delivery)), retry=True)
             elif delivery.task == OUTCOME_TASK:
                 record = _outcome_record(decode_outcome(_one_argument(delivery)))
-                write = self._write_later(self._record_outcome, record, delivery)
+                write = self._write_later(message, self._record_outcome, record, delivery)
                 message.writes.append(write)
             elif delivery.task == TALLY_TASK:
                 tally = _tally_record(decode_tally(_one_argument(delivery)))
-                message.writes.append(self._write_later(self._record_tally, tally))
+                message.writes.append(self._write_later(message, self._record_tally, tally))
             else:
                 raise RefusedError(DeadLetterCode.UNKNOWN_TASK)  # noqa: TRY301 - one path
         except RefusedError as refused:
@@ -708,9 +713,7 @@ class Handler:
         """``job``'s snapshot as a ``code`` dead letter, kept for redrive; then the message's
         sends, if no evaluation of it carried them."""
         raw = job.content.canonical_text.encode("utf-8")
-        task, lane = message.delivery.task, job.lane.value
-        await self._write_later(record_dead_letter, self.rt.store, code, task, lane, raw)
-        metrics.observe_dead_letter(code.value, lane)
+        await self._write_dead_letter(code, message.delivery.task, job.lane.value, raw)
         await self._sends_alone(message)
 
     # -- writing --------------------------------------------------------------------------------
@@ -718,12 +721,40 @@ class Handler:
     def _dead_letter(self, message: _Message, code: DeadLetterCode, raw: bytes) -> None:
         delivery = message.delivery
         lane = delivery.lane.value if delivery.lane else None
-        write = self._write_later(record_dead_letter, self.rt.store, code, delivery.task, lane, raw)
-        message.writes.append(write)
+        write = self._write_dead_letter(code, delivery.task, lane, raw)
+        message.writes.append(asyncio.ensure_future(write))
+
+    async def _write_dead_letter(
+        self, code: DeadLetterCode, task: str | None, lane: str | None, raw: bytes
+    ) -> None:
+        """Write one dead letter. One the store refuses for good (or a bug writing it) halts
+        this process: the dead letter is the last resort, so every message the store cannot
+        keep would be requeued, fetched and refused again for ever (an evaluation's judged
+        again each time). Halted, the message goes back to the broker, nothing more is acked,
+        and the process exits 75 with the store's code on one line."""
+        try:
+            await self.committer.call(record_dead_letter, self.rt.store, code, task, lane, raw)
+        except Exception as exc:
+            if not _passing(exc):
+                self.rt.halt.stop(_halt_code(exc), _DEAD_LETTER_REFUSED)
+            raise
         metrics.observe_dead_letter(code.value, lane or metrics.OTHER)
 
-    def _write_later(self, work: Any, *args: Any) -> asyncio.Future[Any]:
-        return asyncio.ensure_future(self.committer.call(work, *args))
+    def _write_later(self, message: _Message, work: Any, *args: Any) -> asyncio.Future[None]:
+        """``work`` (an outcome's or a tally's record) in the store thread; a record the store
+        refuses for good (or a bug writing it) becomes a dead letter of the message, kept for
+        redrive and acked, instead of a message requeued and refused again for ever."""
+        return asyncio.ensure_future(self._recorded_or_kept(message, work, *args))
+
+    async def _recorded_or_kept(self, message: _Message, work: Any, *args: Any) -> None:
+        try:
+            await self.committer.call(work, *args)
+        except Exception as exc:
+            if _passing(exc):
+                raise  # store trouble that may pass, a halt, a shutdown: back to the broker
+            delivery = message.delivery
+            lane = delivery.lane.value if delivery.lane else None
+            await self._write_dead_letter(_refusal(exc), delivery.task, lane, delivery.raw)
 
     def _record_outcome(self, record: OutcomeRecord, delivery: Delivery) -> None:
         """Record the outcome; an event id stored with other content becomes a conflict.
@@ -770,6 +801,17 @@ def _passing(exc: Exception) -> bool:
     included) or a store this process closed (a shutdown)."""
     closed = isinstance(exc, StoreError) and exc.code == StoreCode.STORE_CLOSED
     return closed or isinstance(exc, TransientStoreError)
+
+
+_DEAD_LETTER_REFUSED = "the store refused a dead letter, the last resort for what it cannot keep"
+
+
+def _halt_code(exc: Exception) -> str:
+    """The halt's reason code for a dead letter that failed for good: the store's, or
+    ``INTERNAL_ERROR`` for a bug (never the exception's text)."""
+    if isinstance(exc, StoreError):
+        return str(exc.code)
+    return DeadLetterCode.INTERNAL_ERROR.value
 
 
 def _refusal(exc: Exception) -> DeadLetterCode:

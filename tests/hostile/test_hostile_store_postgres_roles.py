@@ -14,17 +14,19 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
 
-from producer import Lane
+from producer import Lane, Producer
 from producer.snapshot import EVALUATE_TASK
 from tests.conftest import POSTGRES_URL
-from tests.queue.queue_kit import REPO, example_snapshots, worker_env
+from tests.queue.queue_kit import REPO, WorkerProcess, example_snapshots, wait_until, worker_env
 from tests.store._store_helpers import evaluation_record, outcome_record, snapshot_record
 from worker import runtime
 from worker.dead_letters import raw_bytes
+from worker.halt import EXIT_HALTED
 from worker.handling import Delivery, Handler, Verdict
 from worker.judges import SyntheticJudge
 from worker.runtime import Runtime
@@ -185,3 +187,34 @@ def test_a_record_the_role_may_not_insert_is_a_record_refused_dead_letter(roles:
         assert verdicts == [Verdict.ACK]
         assert [d.reason for d in store.open_dead_letters()] == ["RECORD_REFUSED"]
         assert store.count_evaluations() == 0
+
+
+def test_a_dead_letter_the_role_may_not_insert_halts_the_worker(
+    roles: Roles, redis_url: str, workdir: Path
+) -> None:
+    """A worker role missing its INSERT grant on dead_letters: an invalid message halts the
+    consumer (one line STORE_PERMISSION_DENIED, exit 75) instead of being requeued and refused
+    again for ever; the message stays in the broker, and once the grant is back a restarted
+    worker keeps it as one SCHEMA_INVALID dead letter."""
+    _migrate_and_grant(roles)
+    with psycopg.connect(roles.owner_url, autocommit=True) as owner:
+        owner.execute(f'REVOKE INSERT ON dead_letters FROM "{roles.worker}"')
+    with Producer(redis_url) as producer:
+        producer.send_raw(EVALUATE_TASK, {"schema_version": 1, "nope": True}, lane=Lane.LIVE)
+    env = worker_env(broker_url=redis_url, store_url=roles.worker_url, lanes="live", processes="1")
+    worker = WorkerProcess(env, workdir / "halted.log")
+    try:
+        code = worker.process.wait(60)
+    finally:
+        worker.kill_group()
+    assert code == EXIT_HALTED, worker.log[-3000:]
+    assert worker.log.count("worker halted: STORE_PERMISSION_DENIED") == 1
+    with psycopg.connect(roles.owner_url, autocommit=True) as owner:
+        owner.execute(f'GRANT INSERT ON dead_letters TO "{roles.worker}"')
+    restarted = WorkerProcess(env, workdir / "restarted.log")
+    try:
+        with open_store(roles.worker_url) as store:
+            wait_until(lambda: bool(store.open_dead_letters()), 60, "the dead letter")
+            assert [d.reason for d in store.open_dead_letters()] == ["SCHEMA_INVALID"]
+    finally:
+        restarted.stop()

@@ -17,12 +17,12 @@ import pytest
 import stamina
 
 from producer import Lane, Snapshot
-from producer.snapshot import EVALUATE_TASK, OUTCOME_TASK
+from producer.snapshot import EVALUATE_TASK, OUTCOME_TASK, TALLY_TASK
 from tests.queue.queue_kit import example_snapshots, variants
 from worker import handling, runtime
 from worker.canonical_json import canonical_json
 from worker.committer import Committer
-from worker.dead_letters import DeadLetterCode, raw_bytes
+from worker.dead_letters import DeadLetterCode, raw_bytes, redrive
 from worker.handling import Delivery, Handler, Verdict
 from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
 from worker.runtime import Runtime
@@ -614,7 +614,7 @@ class RefusingStore(CountingStore):
     def __init__(self, store: Store, snapshot_id: str, error: Exception) -> None:
         super().__init__(store)
         self.snapshot_id, self.error = snapshot_id, error
-        self.refuse_dead_letters = False
+        self.refuse_dead_letters: Exception | None = None
 
     def record_evaluations(
         self, items: Sequence[EvaluationItem], urgent: bool = False, sends: Sequence[Any] = ()
@@ -630,13 +630,39 @@ class RefusingStore(CountingStore):
 
     def record_dead_letter(self, *args: Any, **kwargs: Any) -> Any:
         if self.refuse_dead_letters:
-            raise PermanentStoreError("STORE_FAILED")
+            raise self.refuse_dead_letters
         return self._store.record_dead_letter(*args, **kwargs)
+
+    def record_outcome(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+    def record_tally(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.error
+
+
+_OUTCOME = {
+    "schema_version": 1,
+    "event_id": "e-1",
+    "trace_id": "order-42",
+    "name": "refund",
+    "value": True,
+    "observed_at": "2026-11-01T00:00:00Z",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """What one micro-batch with a refused record left behind."""
+
+    verdicts: list[Verdict]
+    snapshot: Snapshot
+    judge: CountingJudge
+    halted: str | None
 
 
 def _refused_alone(
-    store: Store, error: Exception, *, refuse_dead_letters: bool = False
-) -> tuple[list[Verdict], Snapshot, CountingJudge]:
+    store: Store, error: Exception, *, refuse_dead_letters: Exception | None = None
+) -> Refused:
     """Two live snapshots in one micro-batch, the first of which the store refuses for good."""
     refused, kept = _snapshots(2, "refused")
     refusing = RefusingStore(store, refused.snapshot_id, error)
@@ -647,7 +673,7 @@ def _refused_alone(
         verdicts = _handle(rt, [_evaluate(refused.wire()), _evaluate(kept.wire())])
     finally:
         rt.close()
-    return verdicts, refused, judge
+    return Refused(verdicts, refused, judge, rt.halt.reason)
 
 
 @pytest.mark.parametrize(
@@ -664,34 +690,118 @@ def test_a_record_the_store_will_never_take_is_a_dead_letter_not_a_loop(
     """A record the store refuses for good (or a bug writing it) leaves its snapshot as a dead
     letter kept for redrive and its message acked, instead of requeued to be judged and refused
     again for ever; the record written beside it in the same group is kept."""
-    verdicts, refused, judge = _refused_alone(store, error)
-    assert verdicts == [Verdict.ACK, Verdict.ACK]
+    refused = _refused_alone(store, error)
+    assert refused.verdicts == [Verdict.ACK, Verdict.ACK]
     assert store.count_evaluations() == 1
     (letter,) = store.open_dead_letters()
     assert letter.reason == code
-    assert letter.payload == canonical_json(refused.wire()).encode("utf-8")
-    assert judge.calls > 0
+    assert letter.payload == canonical_json(refused.snapshot.wire()).encode("utf-8")
+    assert refused.judge.calls > 0
+    assert refused.halted is None
 
 
-def test_a_dead_letter_that_cannot_be_written_either_requeues(store: Store) -> None:
-    """When the store refuses the dead letter too, the message goes back to the broker (the
-    last resort: nothing acked that is not written), and the other message is acked."""
-    refused_for_good = PermanentStoreError("STORE_FAILED")
-    verdicts, _, _ = _refused_alone(store, refused_for_good, refuse_dead_letters=True)
-    assert verdicts == [Verdict.REQUEUE, Verdict.ACK]
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (PermanentStoreError("STORE_PERMISSION_DENIED"), "STORE_PERMISSION_DENIED"),
+        (RuntimeError("a bug in the dead-letter writer"), "INTERNAL_ERROR"),
+    ],
+    ids=["refused", "bug"],
+)
+def test_a_dead_letter_refused_for_good_halts_instead_of_looping(
+    store: Store, error: Exception, code: str
+) -> None:
+    """When the store refuses the dead letter too (or writing it hits a bug), the process halts
+    with the store's code (the bug's: INTERNAL_ERROR) and the message goes back to the broker:
+    requeued by a process that goes on, it would be judged and refused again for ever."""
+    refused = _refused_alone(store, PermanentStoreError("STORE_FAILED"), refuse_dead_letters=error)
+    assert refused.verdicts == [Verdict.REQUEUE, Verdict.ACK]
+    assert refused.halted == code
     assert store.open_dead_letters() == ()
+    assert store.count_evaluations() == 1
+
+
+def test_an_invalid_snapshot_whose_dead_letter_is_refused_halts(store: Store) -> None:
+    """A refusal at decode time whose dead letter the store refuses for good halts the process
+    too, and the message goes back to the broker unacked."""
+    refusing = RefusingStore(store, "", PermanentStoreError("STORE_FAILED"))
+    refusing.refuse_dead_letters = PermanentStoreError("STORE_PERMISSION_DENIED")
+    rt = Runtime(load_settings(processes=1), store=refusing, judge=SyntheticJudge())  # type: ignore[arg-type]
+    try:
+        (verdict,) = _handle(rt, [_evaluate({"schema_version": 1, "nope": True})])
+    finally:
+        rt.close()
+    assert verdict is Verdict.REQUEUE
+    assert rt.halt.reason == "STORE_PERMISSION_DENIED"
+
+
+def _tally(tally_id: str) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "tally_id": tally_id,
+        "producer": "test",
+        "started_at": "2026-11-01T00:00:00Z",
+        "ended_at": "2026-11-01T00:01:00Z",
+        "rows": [],
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (PermanentStoreError("STORE_PERMISSION_DENIED"), DeadLetterCode.RECORD_REFUSED),
+        (RuntimeError("a bug in the writer"), DeadLetterCode.INTERNAL_ERROR),
+    ],
+    ids=["refused", "bug"],
+)
+@pytest.mark.parametrize("task", [OUTCOME_TASK, TALLY_TASK])
+def test_an_outcome_or_tally_the_store_refuses_is_kept_not_looped(
+    store: Store, task: str, error: Exception, code: DeadLetterCode
+) -> None:
+    """An outcome or a sampling tally the store refuses for good (or a bug writing it) is kept
+    as a dead letter of the message's raw bytes (for redrive) and acked, not requeued for ever."""
+    item = _OUTCOME if task == OUTCOME_TASK else _tally("t-refused")
+    refusing = RefusingStore(store, "", error)
+    rt = Runtime(load_settings(processes=1), store=refusing, judge=SyntheticJudge())  # type: ignore[arg-type]
+    try:
+        (verdict,) = _handle(rt, [Delivery(task, (item,), {}, Lane.OUTCOMES, raw_bytes(item))])
+    finally:
+        rt.close()
+    assert verdict is Verdict.ACK
+    (letter,) = store.open_dead_letters()
+    assert (letter.reason, letter.task, letter.payload) == (code, task, raw_bytes(item))
+    assert rt.halt.reason is None
+    resent = Resent()
+    assert redrive(store, resent).redriven == 1
+    assert resent.items == [item]
+
+
+class Resent:
+    """A redrive's publisher that keeps what it was given (its set fields) instead of sending."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def send_many(self, snapshots: Any, *, lane: Any = None, batch_size: int = 1) -> int:
+        self.items += [_set_fields(s) for s in snapshots]
+        return len(self.items)
+
+    def outcome(self, event: Any) -> object:
+        self.items.append(_set_fields(event))
+        return event
+
+    def send_tally(self, tally: Any) -> object:
+        self.items.append(_set_fields(tally))
+        return tally
+
+
+def _set_fields(model: Any) -> dict[str, Any]:
+    return {key: value for key, value in model.wire().items() if value is not None}
 
 
 def test_outcomes_are_recorded_through_the_same_path(store: Store) -> None:
     """An outcome message: recorded and acked; a malformed one: a SCHEMA_INVALID dead letter."""
-    event = {
-        "schema_version": 1,
-        "event_id": "e-1",
-        "trace_id": "order-42",
-        "name": "refund",
-        "value": True,
-        "observed_at": "2026-11-01T00:00:00Z",
-    }
+    event = _OUTCOME
     rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
     try:
         verdicts = _handle(
