@@ -192,10 +192,7 @@ def test_a_record_the_role_may_not_insert_is_a_record_refused_dead_letter(roles:
 def test_a_dead_letter_the_role_may_not_insert_halts_the_worker(
     roles: Roles, redis_url: str, workdir: Path
 ) -> None:
-    """A worker role missing its INSERT grant on dead_letters: an invalid message halts the
-    consumer (one line STORE_PERMISSION_DENIED, exit 75) instead of being requeued and refused
-    again for ever; the message stays in the broker, and once the grant is back a restarted
-    worker keeps it as one SCHEMA_INVALID dead letter."""
+    """No INSERT on dead_letters: exit 75 on one line, the message kept; granted, it is kept."""
     _migrate_and_grant(roles)
     with psycopg.connect(roles.owner_url, autocommit=True) as owner:
         owner.execute(f'REVOKE INSERT ON dead_letters FROM "{roles.worker}"')

@@ -711,9 +711,7 @@ def test_a_record_the_store_will_never_take_is_a_dead_letter_not_a_loop(
 def test_a_dead_letter_refused_for_good_halts_instead_of_looping(
     store: Store, error: Exception, code: str
 ) -> None:
-    """When the store refuses the dead letter too (or writing it hits a bug), the process halts
-    with the store's code (the bug's: INTERNAL_ERROR) and the message goes back to the broker:
-    requeued by a process that goes on, it would be judged and refused again for ever."""
+    """A dead letter refused for good (or a bug) halts with its code; the message is requeued."""
     refused = _refused_alone(store, PermanentStoreError("STORE_FAILED"), refuse_dead_letters=error)
     assert refused.verdicts == [Verdict.REQUEUE, Verdict.ACK]
     assert refused.halted == code
@@ -722,8 +720,7 @@ def test_a_dead_letter_refused_for_good_halts_instead_of_looping(
 
 
 def test_an_invalid_snapshot_whose_dead_letter_is_refused_halts(store: Store) -> None:
-    """A refusal at decode time whose dead letter the store refuses for good halts the process
-    too, and the message goes back to the broker unacked."""
+    """A decode refusal whose dead letter is refused for good halts; the message is requeued."""
     refusing = RefusingStore(store, "", PermanentStoreError("STORE_FAILED"))
     refusing.refuse_dead_letters = PermanentStoreError("STORE_PERMISSION_DENIED")
     rt = Runtime(load_settings(processes=1), store=refusing, judge=SyntheticJudge())  # type: ignore[arg-type]
@@ -758,8 +755,7 @@ def _tally(tally_id: str) -> dict[str, Any]:
 def test_an_outcome_or_tally_the_store_refuses_is_kept_not_looped(
     store: Store, task: str, error: Exception, code: DeadLetterCode
 ) -> None:
-    """An outcome or a sampling tally the store refuses for good (or a bug writing it) is kept
-    as a dead letter of the message's raw bytes (for redrive) and acked, not requeued for ever."""
+    """A refused outcome or tally is a dead letter of its raw bytes, acked and redrivable."""
     item = _OUTCOME if task == OUTCOME_TASK else _tally("t-refused")
     refusing = RefusingStore(store, "", error)
     rt = Runtime(load_settings(processes=1), store=refusing, judge=SyntheticJudge())  # type: ignore[arg-type]
