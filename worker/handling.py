@@ -562,11 +562,12 @@ class Handler:
                 self._accept_items(message, _items(_one_argument(delivery)), retry=True)
             elif delivery.task == OUTCOME_TASK:
                 record = _outcome_record(decode_outcome(_one_argument(delivery)))
-                write = self._write_later(message, self._record_outcome, record, delivery)
-                message.writes.append(write)
+                write = self._write_or_keep(message, self._record_outcome, record, delivery)
+                message.writes.append(asyncio.ensure_future(write))
             elif delivery.task == TALLY_TASK:
                 tally = _tally_record(decode_tally(_one_argument(delivery)))
-                message.writes.append(self._write_later(message, self._record_tally, tally))
+                write = self._write_or_keep(message, self._record_tally, tally)
+                message.writes.append(asyncio.ensure_future(write))
             else:
                 raise RefusedError(DeadLetterCode.UNKNOWN_TASK)  # noqa: TRY301 - one path
         except RefusedError as refused:
@@ -740,13 +741,10 @@ class Handler:
             raise
         metrics.observe_dead_letter(code.value, lane or metrics.OTHER)
 
-    def _write_later(self, message: _Message, work: Any, *args: Any) -> asyncio.Future[None]:
+    async def _write_or_keep(self, message: _Message, work: Any, *args: Any) -> None:
         """``work`` (an outcome's or a tally's record) in the store thread; a record the store
         refuses for good (or a bug writing it) becomes a dead letter of the message, kept for
         redrive and acked, instead of a message requeued and refused again for ever."""
-        return asyncio.ensure_future(self._recorded_or_kept(message, work, *args))
-
-    async def _recorded_or_kept(self, message: _Message, work: Any, *args: Any) -> None:
         try:
             await self.committer.call(work, *args)
         except Exception as exc:
