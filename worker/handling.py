@@ -562,7 +562,7 @@ class Handler:
                 self._accept_items(message, _items(_one_argument(delivery)), retry=True)
             elif delivery.task == OUTCOME_TASK:
                 record = _outcome_record(decode_outcome(_one_argument(delivery)))
-                write = self._write_or_keep(message, self._record_outcome, record, delivery)
+                write = self._write_or_keep(message, self._record_outcome, record)
                 message.writes.append(asyncio.ensure_future(write))
             elif delivery.task == TALLY_TASK:
                 tally = _tally_record(decode_tally(_one_argument(delivery)))
@@ -742,32 +742,31 @@ class Handler:
         metrics.observe_dead_letter(code.value, lane or metrics.OTHER)
 
     async def _write_or_keep(self, message: _Message, work: Any, *args: Any) -> None:
-        """``work`` (an outcome's or a tally's record) in the store thread; a record the store
-        refuses for good (or a bug writing it) becomes a dead letter of the message, kept for
-        redrive and acked, instead of a message requeued and refused again for ever."""
+        """``work`` (an outcome's or a tally's record) in the store thread. The message becomes a
+        dead letter, through the one writer that halts when even that is refused, when ``work``
+        says so (its code: an outcome's conflict) or when the store refuses it for good (or a bug
+        writing it): kept for redrive and acked, instead of requeued and refused again for ever."""
         try:
-            await self.committer.call(work, *args)
+            kept: DeadLetterCode | None = await self.committer.call(work, *args)
         except Exception as exc:
             if _passing(exc):
                 raise  # store trouble that may pass, a halt, a shutdown: back to the broker
+            kept = _refusal(exc)
+        if kept is not None:
             delivery = message.delivery
             lane = delivery.lane.value if delivery.lane else None
-            await self._write_dead_letter(_refusal(exc), delivery.task, lane, delivery.raw)
+            await self._write_dead_letter(kept, delivery.task, lane, delivery.raw)
 
-    def _record_outcome(self, record: OutcomeRecord, delivery: Delivery) -> None:
-        """Record the outcome; an event id stored with other content becomes a conflict.
+    def _record_outcome(self, record: OutcomeRecord) -> DeadLetterCode | None:
+        """Record the outcome; an event id stored with other content is a conflict.
 
         The stored outcome stays as it was (append-only); the conflicting event is kept as an
-        ``OUTCOME_CONFLICT`` dead letter with the message as it came. An identical resend is
-        absorbed (nothing written).
+        ``OUTCOME_CONFLICT`` dead letter with the message as it came (the caller writes it). An
+        identical resend is absorbed (nothing written).
         """
         written = self.rt.store.record_outcome(record)
         if written.conflict:
-            lane = delivery.lane.value if delivery.lane else None
-            code = DeadLetterCode.OUTCOME_CONFLICT
-            record_dead_letter(self.rt.store, code, delivery.task, lane, delivery.raw)
-            metrics.observe_dead_letter(code.value, lane or metrics.OTHER)
-            return
+            return DeadLetterCode.OUTCOME_CONFLICT
         state = "recorded" if written.created else "already recorded"
         _log.info(
             "outcome %s: linked to %d evaluation(s) (trace %s)",
@@ -775,8 +774,11 @@ class Handler:
             len(written.linked),
             trace_label(record.trace_id),
         )
+        return None
 
     def _record_tally(self, tally: TallyRecord) -> None:
+        """Record the sampling tally (an identical resend is absorbed); ``None``: nothing to keep
+        as a dead letter."""
         written = self.rt.store.record_tally(tally)
         state = "recorded" if written.created else "already recorded"
         _log.info("sampling tally %s: %d row(s)", state, len(tally.rows))

@@ -28,6 +28,7 @@ from worker.judges import JudgeRequest, JudgeResponse, SyntheticJudge
 from worker.runtime import Runtime
 from worker.settings import load_settings
 from worker.store import (
+    DeadLetterRecord,
     EvaluationRecord,
     PermanentStoreError,
     Store,
@@ -770,6 +771,57 @@ def test_an_outcome_or_tally_the_store_refuses_is_kept_not_looped(
     resent = Resent()
     assert redrive(store, resent).redriven == 1
     assert resent.items == [item]
+
+
+class DeadLetterAttempts(CountingStore):
+    """A real store that notes every dead letter asked of it and refuses them (``refuse``)."""
+
+    def __init__(self, store: Store, refuse: Exception | None) -> None:
+        super().__init__(store)
+        self.refuse, self.codes = refuse, list[str]()
+
+    def record_dead_letter(self, record: DeadLetterRecord) -> str:
+        self.codes.append(record.reason)
+        if self.refuse is not None:
+            raise self.refuse
+        return self._store.record_dead_letter(record)
+
+
+def _outcome(event: dict[str, Any]) -> Delivery:
+    return Delivery(OUTCOME_TASK, (event,), {}, Lane.OUTCOMES, raw_bytes(event))
+
+
+def _conflicting(store: Store, refuse: Exception | None) -> tuple[Verdict, Runtime, list[str]]:
+    """An outcome recorded, then the same event id with another value."""
+    attempts = DeadLetterAttempts(store, refuse)
+    rt = Runtime(load_settings(processes=1), store=attempts, judge=SyntheticJudge())  # type: ignore[arg-type]
+    try:
+        assert _handle(rt, [_outcome(_OUTCOME)]) == [Verdict.ACK]
+        (verdict,) = _handle(rt, [_outcome({**_OUTCOME, "value": False})])
+    finally:
+        rt.close()
+    return verdict, rt, attempts.codes
+
+
+def test_a_conflicting_outcome_is_kept_as_its_own_dead_letter(store: Store) -> None:
+    """A stored event id with other content: one OUTCOME_CONFLICT dead letter, acked."""
+    verdict, rt, codes = _conflicting(store, refuse=None)
+    assert verdict is Verdict.ACK
+    assert codes == ["OUTCOME_CONFLICT"]
+    (letter,) = store.open_dead_letters()
+    assert letter.reason == "OUTCOME_CONFLICT"
+    assert rt.halt.reason is None
+
+
+def test_a_conflict_whose_dead_letter_is_refused_halts_through_the_one_writer(
+    store: Store,
+) -> None:
+    """The conflict's dead letter refused for good halts at once: no RECORD_REFUSED tried."""
+    refusal = PermanentStoreError("STORE_PERMISSION_DENIED")
+    verdict, rt, codes = _conflicting(store, refuse=refusal)
+    assert verdict is Verdict.REQUEUE
+    assert codes == ["OUTCOME_CONFLICT"]
+    assert rt.halt.reason == "STORE_PERMISSION_DENIED"
 
 
 class Resent:
