@@ -85,8 +85,7 @@ def test_backfill_resume_of_an_unknown_id_is_refused(
 def test_sigterm_stops_a_backfill_and_prints_how_to_resume(
     workdir: Path, redis_url: str, store_url: str, store: Store, signum: int, said: str
 ) -> None:
-    """SIGTERM (Ctrl-C) mid-run: exit status 143 (130) and ``--resume <id>`` on stderr; a
-    resume finishes it."""
+    """SIGTERM (Ctrl-C) mid-run: exit 143 (130), --resume <id> on stderr; a resume finishes it."""
     path = workdir / "traces.jsonl"
     # 10 s of input at this rate: the SIGTERM sent at the first checkpoint must land mid-run
     # even on a loaded machine (with 2 s of input it once arrived after the last line).

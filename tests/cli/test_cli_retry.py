@@ -55,8 +55,7 @@ def _reasons(stored: StoredEvaluation) -> dict[str, str]:
 def test_evalq_retry_yields_one_linked_evaluation_per_snapshot(
     redis_url: str, store_url: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    """401 on every request, then recovery: one new attempt per snapshot linked to the failed
-    one, the failed one unchanged, and a second ``evalq retry`` finds nothing to do."""
+    """401s then recovery: one attempt each, linked to its unchanged failure; a rerun: nothing."""
     with serve_in_thread() as judge, open_store(store_url) as store:
         snapshots = _snapshots(4, "outage")
         judge.script(*[status(401)] * len(snapshots))  # 401 is never retried: one per snapshot
@@ -130,8 +129,8 @@ def test_evalq_retry_counts_purged_content_as_not_retryable(
 def test_the_automatic_policy_backs_off_and_stops_at_max_attempts(
     redis_url: str, store_url: str, start_worker: Callable[..., WorkerProcess]
 ) -> None:
-    """[retry] max_attempts = 3, backoff_s = 1: attempts 1 s then 2 s apart, chained, never a
-    fourth; the judge recovering on the last request leaves one snapshot decided."""
+    """[retry] max_attempts = 3, backoff_s = 1: attempts 1 s then 2 s apart, chained, no fourth."""
+    # The judge recovers on the last request: one snapshot ends decided, the other failed.
     with serve_in_thread() as judge, open_store(store_url) as store:
         snapshots = _snapshots(2, "auto")
         judge.script(*[status(401)] * 5)  # attempts 1, 2 fail for both; attempt 3 for one

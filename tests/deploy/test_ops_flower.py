@@ -48,11 +48,9 @@ def test_flower_answers_200_with_credentials(flower_url: str) -> None:
 
 
 def test_flower_metrics_and_healthcheck_are_open(flower_url: str) -> None:
-    """Flower 2.2.0 serves /metrics and /healthcheck without auth (why its port stays on loopback).
-
-    Prometheus scrapes Flower without credentials because of this; if a Flower upgrade starts
-    protecting /metrics, this fails and ops/prometheus/prometheus.yml needs basic_auth.
-    """
+    """Flower 2.2.0 serves /metrics and /healthcheck without auth."""
+    # Why its port stays on loopback and Prometheus scrapes it without credentials; if an
+    # upgrade protects /metrics, this fails and ops/prometheus/prometheus.yml needs basic_auth.
     status, body = get(flower_url + "/metrics")
     assert status == 200
     assert "# TYPE flower_events_total counter" in body

@@ -82,8 +82,8 @@ def _results(report: Report) -> dict[str, MetricResult]:
 
 @pytest.mark.asyncio
 async def test_backstop_keeps_finished_results_requests_and_unknown_usage() -> None:
-    """A never-returning judge: group 1 and planning results kept, rest TIMEOUT, 2 requests,
-    usage = group 1's plus one unknown entry for the request that got no reply."""
+    """Never-returning judge: group 1 and planning results kept, the rest TIMEOUT, 2 requests."""
+    # Usage: group 1's, plus one unknown entry for the request that got no reply.
     judge = StubbornJudge()
     evaluator = Evaluator(judge, _metrics(), Limits(budget_s=BUDGET_S))
     trace, progress = make_trace(), Progress()
@@ -114,8 +114,8 @@ async def test_backstop_keeps_finished_results_requests_and_unknown_usage() -> N
 
 @pytest.mark.asyncio
 async def test_reply_after_the_cancel_counts_usage_but_not_results() -> None:
-    """A judge that answers only after the caller's cancel: its usage is known, its results are
-    not taken (TIMEOUT), and no further group starts; the caller's plain timeout ends it."""
+    """A reply after the caller's cancel: usage counted, results TIMEOUT, no further group."""
+    # The caller's plain timeout ends it (no shield and cancel, as in the backstop test above).
     judge = StubbornJudge(cancels_to_return=2)  # the engine's deadline, then the backstop
     evaluator = Evaluator(judge, _metrics(), Limits(budget_s=BUDGET_S))
     trace, progress = make_trace(), Progress()

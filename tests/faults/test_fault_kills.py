@@ -74,12 +74,9 @@ def test_repeated_sigkill_during_backfill_on_both_lanes(
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """Worker groups SIGKILLed again and again mid-run: once the broker has redelivered what
-    they held, every snapshot has exactly one evaluation, with nothing re-sent.
-
-    A message a killed worker was being handed is in ``unacked`` already (the reliable fetch
-    registers it in the same step that pops it), so acks_late brings back everything.
-    """
+    """Worker groups SIGKILLed repeatedly mid-run: each snapshot evaluated once, none re-sent."""
+    # A message a killed worker was being handed is in `unacked` already (the reliable fetch
+    # registers it in the same step that pops it), so acks_late brings back everything.
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'kills.db'}"
     knobs = backfill_knobs(redis_url, store_url, judge_server, BATCH)
@@ -129,11 +126,9 @@ def test_sigkill_mid_judging_loses_work_only_without_acks_late(
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """Same kill, two configurations: shipped one loses nothing; acks_late off loses work.
-
-    The control proves that the counting can see loss: with early acks the messages of the
-    evaluations that were running when the group died are gone for good.
-    """
+    """Same kill, two configurations: shipped one loses nothing; acks_late off loses work."""
+    # The control proves that the counting can see loss: with early acks the messages of the
+    # evaluations that were running when the group died are gone for good.
     judge_server.latency_ms = 1500
     store_url = f"sqlite:///{workdir / 'control.db'}"
     knobs = system_one_knobs(
@@ -177,9 +172,9 @@ def test_sigkill_of_one_consumer_process_of_a_multi_process_worker(
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """One of a worker's consumer processes (2 per lane group: live, and backfill + outcomes)
-    SIGKILLed mid-run: the supervisor restarts it, and once its unacked messages come back every
-    snapshot has exactly one evaluation."""
+    """One consumer process SIGKILLed mid-run: it is restarted; every snapshot evaluated once."""
+    # 2 consumer processes per lane group (live, and backfill + outcomes): 4 in all. The killed
+    # one's unacked messages come back after the visibility timeout.
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'one-child.db'}"
     knobs = system_one_knobs(

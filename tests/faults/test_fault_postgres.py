@@ -267,9 +267,9 @@ def test_sigkill_during_a_group_commit_loses_and_duplicates_nothing(
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """A worker SIGKILLed while its group-commit transactions are open (rows inserted, blocked on
-    a lock before COMMIT): PostgreSQL rolls them back, the broker redelivers, and a new worker
-    records every snapshot exactly once."""
+    """Worker SIGKILLed mid group commit: PostgreSQL rolls back; a new worker records each once."""
+    # The kill comes while its transactions are open: rows inserted, blocked on a lock before
+    # COMMIT. The broker redelivers their messages to the new worker.
     count = 200
     snapshots = variants(example_snapshots()["order-42"], count, "group-commit")
     knobs = {**backfill_knobs(redis_url, fresh_pg, judge_server, 5), "visibility_timeout_s": "8"}

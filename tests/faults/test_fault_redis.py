@@ -65,13 +65,10 @@ def test_redis_restart_with_aof_mid_backfill(
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """Redis restarted (AOF, same port) mid-run: workers reconnect, and once the broker has
-    redelivered what was in flight every snapshot has exactly one evaluation, nothing re-sent.
-
-    A message Redis pops for a consumer at the instant it shuts down never reaches that consumer;
-    the reliable fetch wrote it to ``unacked`` in the same script (and the same AOF entry), so it
-    comes back after the visibility timeout. (kombu's ``BRPOP`` lost it: deleted, reply unsent.)
-    """
+    """Redis restarted (AOF) mid-run: workers reconnect; each snapshot once, none re-sent."""
+    # A message popped as Redis shuts down never reaches its consumer, but the reliable fetch wrote
+    # it to `unacked` in the same script (and AOF entry), so it comes back after the visibility
+    # timeout. (kombu's BRPOP lost it: deleted, reply unsent.)
     judge_server.latency_ms = 20
     store_url = f"sqlite:///{workdir / 'restart.db'}"
     knobs = backfill_knobs(aof_redis.url, store_url, judge_server, BATCH)
@@ -145,13 +142,10 @@ def test_redis_unreachable_for_live_producer_buffers_and_delivers(
 
 
 def test_a_message_popped_as_redis_goes_away_is_kept_not_dropped(aof_redis: RedisServer) -> None:
-    """kombu's BRPOP fetch (rediss://, sentinel://) pops, then records ``unacked``: if Redis is
-    gone in between, ``DeliveredAnyway`` keeps the message instead of dropping it.
-
-    Plain kombu raises there and the popped message is in neither the queue nor ``unacked``
-    (the fault suite lost one snapshot in about eight live-outage runs that way). On redis://
-    the reliable fetch has no such gap (``tests/queue/test_queue_reliable_fetch.py``).
-    """
+    """Redis gone between BRPOP's pop and its unacked record: DeliveredAnyway keeps the message."""
+    # kombu's BRPOP fetch (rediss://, sentinel://) pops, then records `unacked`; plain kombu
+    # raises in between and loses the message (one snapshot in about eight live-outage runs).
+    # On redis:// the reliable fetch has no such gap (tests/queue/test_queue_reliable_fetch.py).
     queue = "fault-window"
     with Connection(aof_redis.url) as conn:
         protect_deliveries(conn)

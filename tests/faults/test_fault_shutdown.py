@@ -45,9 +45,9 @@ def test_sigterm_returns_what_has_not_started_and_nothing_is_lost_or_judged_twic
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """SIGTERM with 64 snapshots held and 4 being judged (1 s each): the worker exits having
-    recorded at most two more rounds, holds nothing unacked, and a second worker finishes the
-    rest: every snapshot once, no judge request without its record."""
+    """SIGTERM while busy: at most two more rounds, nothing unacked; each snapshot judged once."""
+    # At the signal the worker holds 64 snapshots and is judging 4 (1 s each); a second worker
+    # finishes the rest, and no judge request is left without its record.
     judge_server.latency_ms = 1000
     store_url = f"sqlite:///{workdir / 'shutdown.db'}"
     knobs = system_one_knobs(

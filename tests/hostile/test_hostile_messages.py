@@ -94,8 +94,8 @@ def worker(redis_url: str, store_url: str, workdir: Path) -> Iterator[WorkerProc
 def test_every_hostile_list_item_becomes_a_dead_letter_and_the_worker_serves_on(
     redis_url: str, store: Store, worker: WorkerProcess, store_url: str
 ) -> None:
-    """Garbage items, broken envelopes, eta and expired messages: one dead letter each (raw
-    bytes kept), ``unacked`` empty afterwards, a valid snapshot sent last still recorded."""
+    """Each hostile list item is a dead letter with its raw bytes; a valid one later is recorded."""
+    # Garbage items, broken envelopes, eta and expired messages; ``unacked`` ends empty.
     snapshot = example_snapshots()["order-42"].wire()
     client = redis.Redis.from_url(redis_url)
     try:

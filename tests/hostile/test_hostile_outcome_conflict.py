@@ -61,9 +61,9 @@ def _drained(client: redis.Redis) -> bool:
 def test_a_conflicting_outcome_is_a_dead_letter_and_the_stored_one_stays(
     redis_url: str, store_url: str, store: Store, worker: WorkerProcess, env: dict[str, str]
 ) -> None:
-    """First event stored; same id with another value, then another name: one OUTCOME_CONFLICT
-    dead letter each with the raw message; an identical resend adds nothing; the stored row is
-    the first; status shows the conflicts; redrive leaves them open (still invalid)."""
+    """Same id, other value or name: an OUTCOME_CONFLICT dead letter each; the first row stays."""
+    # Each dead letter keeps the raw message; an identical resend adds nothing.
+    # Redrive leaves the conflicts open: re-sent, they would still be invalid.
     client = redis.Redis.from_url(redis_url)
     try:
         with Producer(redis_url) as producer:

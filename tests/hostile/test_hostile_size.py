@@ -21,8 +21,8 @@ pytestmark = pytest.mark.services
 def test_a_50_mb_line_is_refused_at_the_producer_with_its_line(
     workdir: Path, env: dict[str, str], redis_url: str
 ) -> None:
-    """A 50 MB line is one LINE_TOO_LARGE rejection (skipped unread: RSS stays far below 50 MB
-    x the old 10); the lines around it are sent."""
+    """A 50 MB line is one LINE_TOO_LARGE rejection; the lines around it are sent."""
+    # Skipped unread: peak RSS stays far below the 10 x 50 MB it used to take.
     path = workdir / "big.jsonl"
     with path.open("w", encoding="utf-8") as out:
         out.write(chat_line(1))

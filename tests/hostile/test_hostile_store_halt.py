@@ -88,9 +88,9 @@ def _recorded_by_a_restart(redis_url: str, env: dict[str, str], path: Path, tota
 
 
 def test_a_replaced_database_halts_the_worker_at_once(redis_url: str, workdir: Path) -> None:
-    """The SQLite file replaced under a running worker: no hold, one line STORE_REPLACED, exit
-    75, nothing acked into the old file; a restart records the rest in the new one, once. The
-    worker serves two lanes, so the process has two runtimes: they share one halt."""
+    """Replaced SQLite file: no hold, one STORE_REPLACED line, exit 75; a restart adds the rest."""
+    # Nothing is acked into the old file; the restart records each remaining message once.
+    # The worker serves two lanes, so the process has two runtimes: they share one halt.
     path = workdir / "evalq.db"
     open_store(f"sqlite:///{path}").close()
     before, after = (variants(example_snapshots()["order-42"], 5, p) for p in ("before", "after"))
@@ -119,9 +119,9 @@ def test_a_replaced_database_halts_the_worker_at_once(redis_url: str, workdir: P
 def test_the_supervisor_restarts_a_consumer_halted_by_a_replaced_file(
     redis_url: str, workdir: Path
 ) -> None:
-    """Under ``evalq worker --processes 2`` a consumer halted by a replaced file is reported
-    (status 75) and restarted after its back-off; the restarted consumers record every message
-    in the new file, once, and the worker serves on."""
+    """A consumer halted by a replaced file is reported (75) and restarted; the worker serves on."""
+    # Under ``evalq worker --processes 2``: after the back-off the restarted consumers record
+    # every message in the new file, once.
     path = workdir / "evalq.db"
     open_store(f"sqlite:///{path}").close()
     before, after = (variants(example_snapshots()["order-42"], 6, p) for p in ("before", "after"))
@@ -170,9 +170,8 @@ def _fill(directory: Path) -> Path:
 
 
 def test_a_full_disk_past_the_hold_halts_the_worker(redis_url: str, small_disk: Path) -> None:
-    """A full disk: the writes are held with back-off for EVALQ_STORE_HOLD_S, then one line
-    STORE_FULL and exit 75, nothing acked; after freeing space a restart records every
-    message once."""
+    """A full disk: writes held for EVALQ_STORE_HOLD_S, then one STORE_FULL line and exit 75."""
+    # The hold backs off and acks nothing; after freeing space a restart records each message once.
     path = small_disk / "evalq.db"
     open_store(f"sqlite:///{path}").close()
     before, after = (variants(example_snapshots()["order-42"], 3, p) for p in ("room", "full"))

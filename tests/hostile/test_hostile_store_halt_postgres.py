@@ -53,8 +53,8 @@ def _via(proxy: TcpProxy, url: str) -> str:
 def test_postgres_unreachable_past_the_hold_halts_the_worker(
     fresh_pg: str, redis_url: str, workdir: Path
 ) -> None:
-    """The store cut off longer than EVALQ_STORE_HOLD_S: one line STORE_UNAVAILABLE, exit 75,
-    nothing recorded meanwhile; the database back, a restart records every message once."""
+    """PostgreSQL cut off past the hold: one STORE_UNAVAILABLE line, exit 75, nothing recorded."""
+    # Once the database is back, a restart records every message once.
     target = urlsplit(fresh_pg)
     proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
     env = worker_env(
@@ -103,10 +103,9 @@ def test_postgres_unreachable_past_the_hold_halts_the_worker(
 def test_the_supervisor_backs_off_while_postgres_is_down(
     fresh_pg: str, redis_url: str, workdir: Path
 ) -> None:
-    """Under ``evalq worker`` (two processes) a consumer halted by the outage is restarted; a
-    restart that cannot reach the store exits 75 with one line (not 2, which would stop the
-    worker) and is retried after a longer wait; once the database is back every message is
-    recorded once and the worker serves on."""
+    """With PostgreSQL down, supervised restarts that cannot reach the store exit 75, backed off."""
+    # Exit 75, not 2: status 2 (invalid configuration) would stop the whole worker.
+    # Once the database is back every message is recorded once and the worker serves on.
     target = urlsplit(fresh_pg)
     proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
     env = worker_env(

@@ -167,9 +167,8 @@ def test_owner_purge_expires_content_and_worker_still_reads(roles: Roles) -> Non
 
 
 def test_a_record_the_role_may_not_insert_is_a_record_refused_dead_letter(roles: Roles) -> None:
-    """A worker role missing its INSERT grant on evaluations (a deployment mistake): the real
-    PostgreSQL refusal keeps the snapshot as a RECORD_REFUSED dead letter and acks its message
-    once, instead of requeueing it to be judged and refused again for ever."""
+    """No INSERT grant on evaluations: the snapshot is a RECORD_REFUSED dead letter, acked once."""
+    # A deployment mistake; requeueing would judge the message and be refused again for ever.
     _migrate_and_grant(roles)
     with psycopg.connect(roles.owner_url, autocommit=True) as owner:
         owner.execute(f'REVOKE INSERT ON evaluations FROM "{roles.worker}"')

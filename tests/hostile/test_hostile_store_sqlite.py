@@ -89,8 +89,8 @@ def test_replaced_database_file_is_detected_before_commit(tmp_path: Path, how: s
 
 
 def test_replaced_file_is_refused_by_every_thread(tmp_path: Path) -> None:
-    """After a replacement, a thread with a new connection is refused too (it would open the
-    new file, unmigrated by this process)."""
+    """After a replacement, a thread with a new connection is refused too."""
+    # Its new connection would open the new file, which this process never migrated.
     path = tmp_path / "live.db"
     with open_store(f"sqlite:///{path}") as store:
         store.count_snapshots()

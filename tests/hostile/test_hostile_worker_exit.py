@@ -68,8 +68,7 @@ def _recorded_after_the_fix(
 def test_a_consumer_that_cannot_start_exits_1_with_one_line(
     redis_url: str, store_url: str, workdir: Path
 ) -> None:
-    """The lifecycle step failing (its metrics port taken) ends the process with status 1 and
-    one line naming the error's class, no traceback."""
+    """A failing lifecycle step (metrics port taken): exit 1, one line naming the error's class."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -86,8 +85,8 @@ def test_a_consumer_that_cannot_start_exits_1_with_one_line(
 def test_a_consumer_crash_exits_1_and_loses_nothing(
     redis_url: str, store_url: str, store: Store, workdir: Path
 ) -> None:
-    """An exception escaping Celery's consumer ends the process with status 1 (it was 0); the
-    messages stay queued and a worker started after the fix records each once."""
+    """An exception escaping Celery's consumer exits 1; its messages stay queued, none lost."""
+    # Such a crash used to exit 0; a worker started after the fix records each message once.
     client = _queued_with_a_broken_registry(redis_url, "crash")
     try:
         env = _env(redis_url, store_url, processes="1")
@@ -108,9 +107,8 @@ def test_a_consumer_crash_exits_1_and_loses_nothing(
 def test_the_supervisor_restarts_with_back_off_then_gives_up_non_zero(
     redis_url: str, store_url: str, store: Store, workdir: Path
 ) -> None:
-    """``evalq worker`` (two consumer processes) whose consumers crash on every start: each exit is
-    reported and restarted after a doubling wait; past MAX_RESTARTS in the window the worker
-    exits 1 saying it gives up. A worker started after the fix records every message once."""
+    """Consumers crashing on every start restart after doubling waits, then the worker exits 1."""
+    # Past MAX_RESTARTS in the window it gives up; a worker started after the fix records all once.
     client = _queued_with_a_broken_registry(redis_url, "supervised")
     try:
         env = _env(redis_url, store_url, processes="2")

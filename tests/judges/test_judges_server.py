@@ -184,8 +184,8 @@ def _learned(body: str) -> _KnownQuestions:
 
 
 def test_a_known_question_set_is_answered_as_validating_the_request_would() -> None:
-    """A second request with the same questions and another state (non-ASCII, longer) gets the
-    full path's reply byte for byte, its usage counted from its own length."""
+    """Same questions, other state: the full path's reply byte for byte, usage from its length."""
+    # The other state is non-ASCII and longer, so its usage differs from the learned request's.
     known = _learned(_body(MIXED))
     other = MIXED.model_copy(update={"state": {"request": "Où est ma commande ? 🚚" * 40}})
     reply, _ = known.reply(_body(other))
@@ -206,15 +206,14 @@ def test_a_known_question_set_is_answered_as_validating_the_request_would() -> N
     ids=["not-compact", "duplicate-key", "null-state", "extra-key", "other-model"],
 )
 def test_a_request_unlike_a_known_one_takes_the_full_path(body: str) -> None:
-    """Whitespace, a duplicate key, a null state, another key list or model: not answered from
-    the table (the full path validates it: 422 or its own reply)."""
+    """Other bytes, key list, state or model than a known request: not answered from the table."""
+    # The full path validates it instead: 422 or its own reply.
     assert _learned(_body(MIXED)).reply(body)[0] is None
 
 
 @pytest.mark.asyncio
 async def test_an_edited_reply_does_not_change_later_normal_replies(server: JudgeServer) -> None:
-    """A fault that edits its reply in place leaves the next normal reply as it was; a duplicate
-    key in a request whose questions are known is still refused (422)."""
+    """An in-place reply edit leaves later replies as they were; a duplicate key still gets 422."""
 
     def mutate(reply: dict[str, Any]) -> dict[str, Any]:
         reply["answers"]["m.q"]["noul"] = 0.0

@@ -240,8 +240,7 @@ def _content_strings(snapshot: Snapshot, store: Store) -> set[str]:
 
 
 def test_committed_records_give_one_event_per_result_and_no_content(store: Store) -> None:
-    """Each metric result of each committed record is one event, handed over after the commit,
-    and no event holds any text of the trace or of the stored evidence."""
+    """One event per committed metric result, after the commit, with no trace or evidence text."""
     snapshots = list(read_snapshots(OTEL_FIXTURE))
     sink = ListSink(store)
     verdicts = _handled(store, sink, snapshots)

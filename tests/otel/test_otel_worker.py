@@ -69,8 +69,7 @@ def test_every_metric_result_arrives_on_its_span(
     receiver: OtlpReceiver,
     start_worker: Callable[..., WorkerProcess],
 ) -> None:
-    """One gen_ai.evaluation.result per stored metric result, carrying the OTel trace id and
-    the invocation's root span id of the snapshot it judged, after the record committed."""
+    """One gen_ai.evaluation.result per stored result, after commit, on its snapshot's root span."""
     snapshots = _otel_snapshots()
     start_worker(
         broker_url=redis_url,
@@ -125,9 +124,9 @@ def test_a_silent_receiver_never_holds_up_or_loses_a_record(
     start_worker: Callable[..., WorkerProcess],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Receiver accepts connections and never answers (export timeout 10 s, queue of 8): every
-    snapshot is recorded at the pace of a worker without events, the drop counter rises, and
-    a warm stop ends within the bounded final flush."""
+    """A receiver never answering: every record at full pace, drops counted, warm stop bounded."""
+    # The receiver accepts connections and never answers; "full pace" is that of a worker
+    # without events, and the warm stop ends within the bounded final flush.
     monkeypatch.setenv("OTEL_BLRP_MAX_QUEUE_SIZE", "8")  # the worker inherits the environment
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", "10")
     snapshots = variants(_otel_snapshots()[0], 12, "silent")

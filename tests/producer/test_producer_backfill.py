@@ -373,9 +373,9 @@ def _stopped_after_one_batch(
 def test_a_validation_error_while_a_stop_is_requested_ends_the_run_as_stopped(
     tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A signal swallowed mid-validation surfaces as a ValueError of a valid line: with a stop
-    requested the run ends stopped at its last checkpoint (a resume reads the line again);
-    without one the error is raised as before."""
+    """A valid line's ValueError under a stop request ends the run stopped; else it is raised."""
+    # A signal swallowed mid-validation surfaces as that ValueError; the run stops at its last
+    # checkpoint, so a resume reads the line again.
     source = tmp_path / "traces.jsonl"
     write_lines(source, 30)
     stop = {"requested": False}
@@ -395,10 +395,9 @@ def test_a_validation_error_while_a_stop_is_requested_ends_the_run_as_stopped(
 def test_a_line_rejected_while_a_stop_is_requested_is_read_again_by_the_resume(
     tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A signal swallowed inside a line's validation rejects a valid line: the run stops at its
-    last checkpoint without sending that batch, reports only what its checkpoints cover, and the
-    resume sends the line (every valid line sent, none twice) and reports every rejected line
-    of the file, the one the stopped run reported included."""
+    """A line rejected under a stop request is sent by the resume, which reports every rejection."""
+    # A signal swallowed inside validation rejects a valid line; the stopped run does not send that
+    # batch and reports only what its checkpoints cover; the resume sends every valid line once.
     source = tmp_path / "traces.jsonl"
     bad = write_lines(source, 40, bad_every=8)  # lines 8, 16, 24, 32, 40
     original = reader_module._line
@@ -423,8 +422,8 @@ def test_a_line_rejected_while_a_stop_is_requested_is_read_again_by_the_resume(
 
 
 def test_a_run_stopped_before_its_first_batch_can_be_resumed(tmp_path: Path, store: Store) -> None:
-    """A stop asked for from the start sends nothing; its id (printed as resumable) resumes
-    from the first line instead of being refused as UNKNOWN_BACKFILL."""
+    """A run stopped before its first batch sends nothing; its id resumes from the first line."""
+    # Its id is printed as resumable, so it must not be refused as UNKNOWN_BACKFILL.
     source = tmp_path / "traces.jsonl"
     write_lines(source, 25)
     sent: list[Snapshot] = []

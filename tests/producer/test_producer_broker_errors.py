@@ -50,8 +50,8 @@ def _flush_failed(cause: Exception) -> BatchPublishError:
 def test_library_exceptions_become_broker_errors_with_their_code(
     exc: Exception, code: BrokerFailure
 ) -> None:
-    """Each library's failure of a broker call becomes a BrokerError whose code says what it
-    means (a failed Redis pipeline by what made it fail), raised from the original."""
+    """A library's broker-call failure is a BrokerError with the code it means, raised from it."""
+    # A failed Redis pipeline is coded by what made it fail.
     with pytest.raises(BrokerError) as raised, _REDIS.translating():
         raise exc
     assert raised.value.code is code
@@ -68,8 +68,8 @@ def test_library_exceptions_become_broker_errors_with_their_code(
     ],
 )
 def test_what_is_not_the_brokers_passes_through(exc: Exception) -> None:
-    """A bug (kombu's Redis transport lists KeyError among its connection errors), a caller's
-    bad value, a payload that is not JSON, and an error already translated stay as they are."""
+    """A bug, a bad value, a non-JSON payload or an already translated error passes through."""
+    # KeyError is a bug here, though kombu's Redis transport lists it among connection errors.
     with pytest.raises(type(exc)) as raised, _REDIS.translating():
         raise exc
     assert raised.value is exc
@@ -107,8 +107,7 @@ def _outcome() -> OutcomeEvent:
 def test_an_unreachable_broker_is_broker_unreachable_on_every_path(
     dead_producer: Producer, call: object
 ) -> None:
-    """Checking, sending one, sending in bulk and sending an outcome to a broker that is down
-    all raise BrokerError BROKER_UNREACHABLE, with the library's exception as its cause."""
+    """Every call to a down broker raises BROKER_UNREACHABLE, caused by the library's exception."""
     with pytest.raises(BrokerError) as raised:
         call(dead_producer)  # type: ignore[operator]
     assert raised.value.code is BrokerFailure.BROKER_UNREACHABLE
@@ -128,8 +127,7 @@ def test_a_queue_depth_read_from_a_dead_redis_is_broker_unreachable(dead_url: st
 
 @pytest.mark.services
 def test_an_input_error_during_a_bulk_send_stays_the_callers(redis_url: str) -> None:
-    """An OSError raised by the caller's own input while a bulk send runs (a file that went
-    away) is that OSError, not a broker failure."""
+    """An OSError from the caller's input in a bulk send stays that OSError, not a BrokerError."""
     lost = OSError("the input file went away")
 
     def snapshots() -> Iterator[Snapshot]:
@@ -145,9 +143,8 @@ def test_an_input_error_during_a_bulk_send_stays_the_callers(redis_url: str) -> 
 def test_enqueue_into_a_lane_queue_the_broker_refuses_is_one_line(
     amqp_url: str, tmp_path: Path
 ) -> None:
-    """``evalq enqueue`` whose lane queue on RabbitMQ was declared with other arguments (the
-    broker refuses the producer's declaration) fails in one line naming BROKER_ERROR, exit 1,
-    no traceback, no URL."""
+    """``evalq enqueue`` the broker refuses: one BROKER_ERROR line, exit 1, no traceback, no URL."""
+    # Refused: the lane queue was declared on RabbitMQ with other arguments than the producer's.
     queue = "evalq.live"
     with Connection(amqp_url, connect_timeout=5) as conn:
         conn.default_channel.queue_delete(queue)  # type: ignore[attr-defined]

@@ -41,8 +41,8 @@ def _drawn() -> dict[str, str]:
 
 
 def test_every_public_exception_is_drawn_under_its_base() -> None:
-    """Each public exception class of the package is in the drawing, under the builtin it
-    derives from (ValueError: permanent, RuntimeError: transient), and nothing else is drawn."""
+    """Each public exception is drawn under the builtin it derives from; nothing else is drawn."""
+    # The roots: ValueError means permanent, RuntimeError transient.
     defined = _public_exceptions()
     drawn = _drawn()
     assert sorted(drawn) == sorted(defined)

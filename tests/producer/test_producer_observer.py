@@ -367,8 +367,9 @@ def test_modes_are_case_insensitive_and_enforce_is_refused_in_any_case(llm: Fake
 
 
 def test_a_loop_injected_user_message_stays_inside_the_invocation(llm: FakeLLM) -> None:
-    """The judged request is the input's last user message; a reminder the loop appends after a
-    tool result is part of this invocation, and the call and its result stay in the window."""
+    """A user message the loop appends after a tool result stays inside this invocation's window."""
+    # The judged request is still the input's last user message; the tool call and its result
+    # stay in the window too.
     _script_tool_then_text(llm)
     sink = ListSink()
     messages: list[Any] = [_user("Weather in Bergen?")]
@@ -392,8 +393,7 @@ def test_a_loop_injected_user_message_stays_inside_the_invocation(llm: FakeLLM) 
 
 
 def test_a_compacted_history_is_not_submitted(llm: FakeLLM) -> None:
-    """A second call whose history replaced earlier turns by a summary: COMPACTED_HISTORY,
-    counted, nothing submitted, the agent's answer unchanged."""
+    """A history replaced by a summary is COMPACTED_HISTORY: counted, not submitted, answer kept."""
     _script_tool_then_text(llm)
     sink = ListSink()
     client = _openai_client(llm)
@@ -423,8 +423,8 @@ def test_an_input_without_a_user_message_has_no_boundary(llm: FakeLLM) -> None:
 
 
 def test_an_invocation_over_the_capture_limit_is_not_submitted(llm: FakeLLM) -> None:
-    """Over the default limit (the engine's state limit) or a smaller one given: not submitted
-    (EVIDENCE_OVER_LIMIT), never truncated; under it, submitted whole."""
+    """Over the capture limit: EVIDENCE_OVER_LIMIT, never truncated; under it, submitted whole."""
+    # The default limit is the engine's state limit; a smaller one can be given.
     assert Limits().max_state_chars == CAPTURE_LIMIT_CHARS
     client = _openai_client(llm)
     before = observer_stats().get("EVIDENCE_OVER_LIMIT", 0)

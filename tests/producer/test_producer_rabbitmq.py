@@ -69,8 +69,8 @@ def _delete(url: str, queue: str) -> None:
 def test_a_send_after_its_lane_queue_was_deleted_declares_it_again(
     rabbitmq: str, send: _Send
 ) -> None:
-    """A lane queue deleted while a producer runs is declared again by the next send, which
-    lands in it: kombu's memory of the first declaration no longer drops it as unroutable."""
+    """A lane queue deleted mid-run is declared again by the next send, and the send lands in it."""
+    # kombu remembers the first declaration; that memory must not leave the send unroutable.
     live = LANE_QUEUES[Lane.LIVE]
     with Producer(rabbitmq) as producer:
         send(producer, make_snapshot("before"))
@@ -83,9 +83,9 @@ def test_a_send_after_its_lane_queue_was_deleted_declares_it_again(
 def test_a_live_publish_the_broker_refuses_is_counted_dropped_not_sent(
     rabbitmq: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A live publish RabbitMQ nacks (the live queue replaced, after the producer declared it,
-    by a full one that rejects publishes) ends as ``dropped_failed``, never counted as sent,
-    and its log line names the broker's code."""
+    """A live publish RabbitMQ nacks is dropped_failed, not sent, logged with the broker's code."""
+    # Refused: the live queue is replaced, after the producer declared it, by a full one that
+    # rejects publishes.
     live = LANE_QUEUES[Lane.LIVE]
     full = Queue(live, queue_arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
     once = RetryPolicy(attempts=1, timeout_s=5.0)
@@ -114,9 +114,9 @@ def test_only_amqp_brokers_confirm(redis_url: str, amqp_broker: str) -> None:
 
 
 def test_a_bulk_send_the_broker_refuses_raises_at_the_send(rabbitmq: str) -> None:
-    """A bulk send RabbitMQ nacks (the live queue replaced by a full one that rejects
-    publishes, after the producer declared it) raises BrokerError PUBLISH_REFUSED instead of
-    returning."""
+    """A bulk send RabbitMQ nacks raises BrokerError PUBLISH_REFUSED instead of returning."""
+    # Refused: the live queue is replaced, after the producer declared it, by a full one that
+    # rejects publishes.
     live = LANE_QUEUES[Lane.LIVE]
     full = Queue(live, queue_arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
     with Producer(rabbitmq) as producer:
@@ -162,9 +162,9 @@ def _failing(url: str) -> BlackholeProxy:
 def test_a_backfill_through_a_failing_connection_loses_no_snapshot(
     rabbitmq: str, tmp_path: Path
 ) -> None:
-    """A backfill whose connection swallows its writes for 1 s, then drops: the unconfirmed
-    batch fails and is sent again, and every snapshot of the file is queued (unconfirmed,
-    the swallowed ones were counted as sent and lost)."""
+    """A backfill whose connection swallows writes, then drops, still queues every snapshot."""
+    # Writes swallowed for 1 s, then a drop: the unconfirmed batch fails and is sent again.
+    # Without confirms, the swallowed ones were counted as sent and lost.
     source = tmp_path / "traces.jsonl"
     write_lines(source, 1_200)
     retry = BackfillRetry(attempts=6, timeout_s=60.0, wait_initial_s=0.1, wait_max_s=0.5)
@@ -181,8 +181,8 @@ def test_a_backfill_through_a_failing_connection_loses_no_snapshot(
 
 
 def test_live_submits_through_a_failing_connection_lose_no_snapshot(rabbitmq: str) -> None:
-    """Live submits whose connection swallows the writes for 1 s, then drops: the unconfirmed
-    batch is retried, every snapshot counted sent is queued, none dropped."""
+    """Live submits whose connection swallows writes, then drops: all counted sent are queued."""
+    # Writes swallowed for 1 s, then a drop: the unconfirmed batch is retried, none dropped.
     snapshots = [make_snapshot(f"live{i}", text="x" * 400) for i in range(600)]
     retry = RetryPolicy(attempts=10, timeout_s=30.0, wait_initial_s=0.05, wait_max_s=0.5)
     with _failing(rabbitmq) as proxy:
@@ -226,8 +226,8 @@ class _Channel:
 
 
 def test_confirms_settle_every_publish_and_name_the_nacked_and_returned() -> None:
-    """Confirms numbers publishes as the broker does: a multiple ack settles every tag up to
-    it; the wait ends when none is pending and names the nacked and returned task ids."""
+    """A multiple ack settles every tag up to it; the wait names the nacked and returned tasks."""
+    # Confirms numbers publishes as the broker does; the wait ends when none is pending.
     channel = _Channel()
     confirms = Confirms.on(channel)
     assert Confirms.on(channel) is confirms
@@ -250,8 +250,7 @@ _AMQP = Broker.of("amqp://guest:guest@127.0.0.1:5672//")  # its traits only: not
 
 
 def test_confirms_that_do_not_come_are_a_confirm_timeout() -> None:
-    """A wait whose confirms never come raises BrokerError CONFIRM_TIMEOUT naming how many are
-    pending, not the socket's TimeoutError."""
+    """Confirms that never come are CONFIRM_TIMEOUT naming the pending count, not a TimeoutError."""
     channel = _Channel()
     confirms = Confirms.on(channel)
     channel.basic_publish(_Message("t1"), exchange="", routing_key="q")
@@ -296,8 +295,8 @@ class _Queues:
 
 
 def test_messages_returned_together_declare_their_queue_once() -> None:
-    """Three messages of a window returned unroutable (their lane queue deleted) declare that
-    queue once, go again together and are settled by one wait."""
+    """Returned messages declare their queue once, go again together and settle in one wait."""
+    # Returned unroutable because their lane queue was deleted.
     producer = _Producer()
     app = _App(producer)
     publisher = Publisher(cast(Celery, app), producer, TaskIds(), broker=_AMQP, declare_once=False)
@@ -313,9 +312,9 @@ def test_messages_returned_together_declare_their_queue_once() -> None:
 
 
 def test_a_window_whose_channel_was_replaced_is_sent_again_on_the_new_one() -> None:
-    """kombu reconnecting inside a publish moves the producer to a new channel, where the old
-    channel's confirms never come: settling sends the whole window again there and waits for
-    those confirms instead."""
+    """A window whose channel was replaced is sent again whole on the new one and settled there."""
+    # kombu reconnecting inside a publish moves the producer to a new channel, where the old
+    # channel's confirms never come.
     producer = _Producer()
     old = producer.channel
     publisher = Publisher(

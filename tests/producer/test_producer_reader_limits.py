@@ -32,8 +32,8 @@ def test_a_bad_member_with_brackets_and_quotes_in_strings_is_skipped_exactly(
 
 
 def test_an_invalid_document_on_a_stream_is_one_rejection(tmp_path: Path) -> None:
-    """A stream cannot be re-read: the records before the error are kept, the rest is one
-    rejection naming the index where the document broke."""
+    """A stream's invalid document keeps the records before the error; the rest is one rejection."""
+    # A stream cannot be re-read; the rejection names the index where the document broke.
     fifo = tmp_path / "doc.fifo"
     os.mkfifo(fifo)
     text = json.dumps([chat_record(0), chat_record(1)], indent=2).replace('"question 1"', "NaN")

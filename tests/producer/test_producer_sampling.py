@@ -111,8 +111,8 @@ def test_first_matching_slice_rule_wins_and_default_applies_otherwise() -> None:
 
 
 def test_sampled_snapshot_records_rate_weight_rule_lane_and_keeps_its_id() -> None:
-    """A kept snapshot carries Sampling(lane, rate, weight=1/rate, rule); sampling is
-    provenance, so its id is the unsampled snapshot's."""
+    """A kept snapshot carries Sampling(lane, rate, weight=1/rate, rule); its id is unchanged."""
+    # Sampling is provenance, so it does not change the snapshot id.
     sampler = Sampler([SamplingRule(name="v2", rate=0.25, agent_version="v2")], lane=Lane.LIVE)
     ids = [t for t in _trace_ids(200) if unit_value(t) < 0.25]
     original = make_snapshot(ids[0], agent_version="v2")

@@ -47,11 +47,9 @@ def test_submitted_snapshots_arrive_on_the_queue(redis_url: str) -> None:
 def test_broker_down_never_blocks_stays_bounded_and_delivers_after_restart(
     private_redis: RedisServer,
 ) -> None:
-    """Broker stopped: submit < 1 ms unless the OS preempts it, never waits; bounded; delivers.
-
-    The timed calls run while the flusher sleeps out its backoff after a failed send (the state
-    a live app is in for almost all of a broker outage), so what is measured is submit() itself.
-    """
+    """Broker stopped: submit < 1 ms unless the OS preempts it, never waits; bounded; delivers."""
+    # Timed while the flusher sleeps out its backoff after a failed send (a live app's state for
+    # almost all of an outage), so what is measured is submit() itself.
     capacity, batch = 300, 25
     sender = CelerySender(private_redis.url)
     snapshots = [make_snapshot(f"trace-{i}") for i in range(2_000)]
@@ -151,8 +149,8 @@ def test_close_stops_accepting_and_counts_what_is_left(redis_url: str) -> None:
 
 
 def test_encoding_errors_are_not_retried() -> None:
-    """A ValueError send (a bad snapshot, not an outage) is never retried: a batch is tried
-    once, then each of its snapshots once (so only bad ones drop), and every bad one is counted."""
+    """A ValueError send is not retried: one batch try, then each snapshot alone; each counted."""
+    # A ValueError is a bad snapshot, not an outage; trying each alone drops only the bad ones.
     calls: list[list[str]] = []
 
     def bad_send(batch: Sequence[Snapshot]) -> None:

@@ -99,8 +99,9 @@ def _new_reasons(served: Served, seen: int) -> list[str]:
 
 
 def test_each_kind_of_hostile_message_gets_its_own_reason_code(served: Served) -> None:
-    """Oversized, over-batch, bad arguments, other serializers, non-task, broken protocol,
-    odd schema versions, broken outcomes: one dead letter each, with the right code."""
+    """Each kind of hostile message gets one dead letter with its own reason code."""
+    # Oversized, over-batch, bad arguments, other serializers, non-task, broken protocol, odd
+    # schema versions, broken outcomes.
     _, seen = served.counts()
     wire = example_snapshots()["order-42"].wire()
     sends: list[tuple[str, Any]] = [

@@ -163,8 +163,8 @@ _LEAVES = st.one_of(
 def test_the_fast_id_of_a_validated_snapshot_is_the_canonical_one(
     index: int, choice: int, leaf: Any
 ) -> None:
-    """orjson's id text (``validated=True``, the worker's and Snapshot's path) equals the
-    standard library's for any text or number a validated snapshot's events can hold."""
+    """orjson's id text of a validated snapshot equals the standard library's for any event leaf."""
+    # validated=True is the worker's and Snapshot's path; leaves are any text or number.
     wire = _wires()[index % len(_wires())]
     paths = [p for p in _string_paths(wire) if p[0] == "events"]
     changed = _with(wire, paths[choice % len(paths)], leaf)

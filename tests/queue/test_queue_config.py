@@ -104,8 +104,9 @@ def test_enqueue_and_worker_require_a_broker_url() -> None:
 
 
 def test_visibility_timeout_is_sized_from_one_evaluation() -> None:
-    """VT = max(60 s, 4 x (budget + margin)): held messages renew their lease, so a batch's
-    length does not matter; a dead worker's messages come back within ~1 minute."""
+    """VT = max(60 s, 4 x (budget + margin)): sized from one evaluation, not from a batch."""
+    # Held messages renew their lease, so a batch's length does not matter; a dead worker's
+    # messages come back within ~1 minute.
     settings = load_settings(budget_s=3, batch_size=64, concurrency=32)
     assert settings.evaluation_s == 3 + 2
     assert settings.effective_visibility_timeout_s == 60

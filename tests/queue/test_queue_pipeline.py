@@ -261,8 +261,8 @@ def test_worker_serves_metrics_for_its_evaluations_and_dead_letters(
     producer_for: Callable[..., Producer],
     open_test_store: Callable[[str], Store],
 ) -> None:
-    """EVALQ_METRICS_PORT: /metrics counts the evaluation, its queue wait, a dead letter and the
-    event loop's lag samples of every consumer process."""
+    """EVALQ_METRICS_PORT: /metrics counts evaluations, queue waits, dead letters and loop lag."""
+    # The loop lag samples come from every consumer process.
     port = free_port()
     start_worker(broker_url=redis_url, store_url=sqlite_url, metrics_port=str(port))
     producer = producer_for(redis_url)

@@ -133,8 +133,7 @@ def _texts(client: redis.Redis, key: str) -> list[str]:
 
 
 def test_the_worker_app_fetches_reliably_on_redis_and_leaves_other_brokers_alone() -> None:
-    """create_app wires the reliable fetch for redis:// only (rediss://, sentinel://, amqp://
-    keep their own transports)."""
+    """create_app wires the reliable fetch for redis:// only; rediss, sentinel, amqp keep theirs."""
     settings = load_settings()
     connection = create_app(settings, broker_url="redis://127.0.0.1:6379/0").connection_for_read()
     assert isinstance(connection.transport, _reliable_fetch.Transport)
@@ -143,8 +142,9 @@ def test_the_worker_app_fetches_reliably_on_redis_and_leaves_other_brokers_alone
 
 
 def test_the_script_pops_and_writes_kombus_unacked_entry_verbatim(any_redis: str) -> None:
-    """One EVALSHA pops the oldest message and writes ``unacked``/``unacked_index`` exactly as
-    kombu's QoS.append would, the payload byte for byte (``[]`` stays ``[]``)."""
+    """One EVALSHA pops the oldest message and writes kombu's unacked entry verbatim."""
+    # Exactly what kombu's QoS.append writes to unacked/unacked_index, the payload byte for
+    # byte (``[]`` stays ``[]``).
     _publish(any_redis, "q", {"n": 1, "list": [], "text": 'é/\\"</'})
     _publish(any_redis, "q", {"n": 2})
     r = redis.Redis.from_url(any_redis)
@@ -233,8 +233,9 @@ def _publish_mix(url: str) -> None:
 def test_order_is_kombus_for_queues_and_priorities(
     strategy: str, client: redis.Redis, redis_url: str
 ) -> None:
-    """Same messages, same delivery order as kombu's BRPOP transport (FIFO per queue and
-    priority step, live first under ``priority``, rotation under ``round_robin``)."""
+    """Same messages, same delivery order as kombu's BRPOP transport, under either strategy."""
+    # That order: FIFO per queue and priority step, live first under ``priority``, rotation
+    # under ``round_robin``.
     queues = ["live", "backfill", "outcomes"]
     orders = []
     for transport in (STOCK, RELIABLE):
@@ -251,9 +252,9 @@ def test_order_is_kombus_for_queues_and_priorities(
 def test_a_fetched_message_costs_no_unacked_write_of_its_own(
     client: redis.Redis, redis_url: str
 ) -> None:
-    """kombu's QoS.append is skipped for a message the script registered: one transaction per
-    message fewer than kombu's stock transport (the control: append + ack; here the ack only;
-    both also declare their queues)."""
+    """A message the script registered skips QoS.append: one transaction fewer than stock kombu."""
+    # The control runs append + ack per message, this transport the ack only; both also declare
+    # their queues, so the difference is exactly one MULTI per message.
     transactions = []
     for transport in (STOCK, RELIABLE):
         client.flushall()
@@ -265,8 +266,8 @@ def test_a_fetched_message_costs_no_unacked_write_of_its_own(
 
 
 def test_a_no_ack_consumer_leaves_nothing_in_unacked(client: redis.Redis, redis_url: str) -> None:
-    """Messages a consumer takes without acking (Celery's reply queues) are popped unregistered,
-    as kombu does: nothing would ever ack their entries, which would come back forever."""
+    """A no-ack consumer's messages (Celery's reply queues) are popped unregistered, as in kombu."""
+    # Registered, nothing would ever ack their entries, which would come back forever.
     _publish_mix(redis_url)
     got: list[Any] = []
     bound = [Queue(q, Exchange("x", "direct"), q) for q in ("live", "backfill", "outcomes")]
@@ -290,8 +291,7 @@ class _NoBlmoveRedis(RedisServer):
 
 
 def test_a_refused_peek_falls_back_to_a_plain_wait_without_spinning(workdir: Path) -> None:
-    """Redis refuses the idle peek: the consumer waits on a timeout instead (no busy loop, no
-    error) and still delivers what arrives, within that timeout."""
+    """A refused idle peek becomes a timed wait: no busy loop, no error, arrivals delivered."""
     with _NoBlmoveRedis(workdir / "no-blmove") as server:
         _publish(server.url, "live", {"n": 1})
         r = redis.Redis.from_url(server.url)
@@ -315,8 +315,9 @@ def test_a_refused_peek_falls_back_to_a_plain_wait_without_spinning(workdir: Pat
 
 
 def test_the_script_pops_and_registers_on_a_full_redis(any_redis: str) -> None:
-    """Out of memory (noeviction), the script still pops and registers: its first write, RPOP,
-    is allowed, and a script that has written may go on (kombu's own unacked write is refused)."""
+    """Out of memory (noeviction), the script still pops the message and registers it in unacked."""
+    # Its first write, RPOP, is allowed, and a script that has written may go on (kombu's own
+    # unacked write is refused).
     _publish(any_redis, "q", {"n": 1})
     r = redis.Redis.from_url(any_redis)
     r.config_set("maxmemory", 1)
@@ -333,9 +334,8 @@ def test_the_script_pops_and_registers_on_a_full_redis(any_redis: str) -> None:
 def test_a_message_popped_as_redis_stops_is_in_unacked_after_restart(
     transport: str, kept: bool, workdir: Path
 ) -> None:
-    """Redis stops (AOF) right after handing out a message the consumer has not bookkept yet:
-    the reliable fetch finds it in ``unacked`` after the restart; kombu's BRPOP (the control)
-    finds it nowhere."""
+    """Redis stopping (AOF) before a popped message is bookkept: it is in unacked after restart."""
+    # Control: kombu's BRPOP transport, after which the message is nowhere.
     server = RedisServer(workdir / "aof", appendonly=True).start()
     try:
         _publish(server.url, "q", {"n": 1})
@@ -405,12 +405,9 @@ def _where(client: redis.Redis) -> tuple[set[str], set[str], set[str]]:
 def test_sigkill_while_fetching_loses_no_message_only_with_the_reliable_fetch(
     fetch: str, loses: bool, redis_url: str, client: redis.Redis, probe_worker: ProbeWorker
 ) -> None:
-    """Worker processes SIGKILLed again and again while they fetch: every message is still
-    queued, in ``unacked`` or done. Control: kombu's BRPOP fetch loses one at (almost) every kill.
-
-    The probe pauses 50 ms between the pop and the consumer's bookkeeping (the start of kombu's
-    ``QoS.append``), so most kills land in that window.
-    """
+    """Repeated SIGKILLs mid-fetch: every message is still queued, in unacked or done."""
+    # The probe pauses 50 ms between the pop and the bookkeeping (the start of kombu's
+    # QoS.append), so most kills land there; the BRPOP control loses one at (almost) every kill.
     ids = [f"probe-{n}" for n in range(PROBE_N)]
     _send(redis_url, ids)
     for kill in range(KILLS):
@@ -434,8 +431,7 @@ def test_sigkill_while_fetching_loses_no_message_only_with_the_reliable_fetch(
 def test_a_worker_serving_both_lanes_takes_live_first_in_fifo_order(
     redis_url: str, client: redis.Redis, probe_worker: ProbeWorker
 ) -> None:
-    """A Celery worker on the reliable fetch runs queued live messages before backfill ones,
-    each lane first-in first-out: the order kombu's BRPOP transport gives (run as the control)."""
+    """A reliable-fetch worker runs live before backfill, each lane FIFO: kombu's BRPOP order."""
     orders = []
     for fetch in ("stock", "reliable"):
         client.flushall()
@@ -453,8 +449,7 @@ def test_a_worker_serving_both_lanes_takes_live_first_in_fifo_order(
 def test_a_message_fetched_and_never_acked_comes_back_after_the_visibility_timeout(
     redis_url: str, client: redis.Redis, probe_worker: ProbeWorker
 ) -> None:
-    """SIGKILL of the worker running a message the reliable fetch handed it: kombu's restore
-    (in a second worker) redelivers it once the visibility timeout has passed."""
+    """A SIGKILLed worker's message comes back via kombu's restore (another worker) after the VT."""
     _send(redis_url, ["restore-me"])
     first = probe_worker("reliable", "holder", task_s="60")
     wait_until(lambda: client.llen(probe.STARTED) == 1, 20, "the task to start")
@@ -472,8 +467,7 @@ def test_a_message_fetched_and_never_acked_comes_back_after_the_visibility_timeo
 def test_a_sweep_lock_left_by_a_redis_restart_blocks_restores_for_seconds_not_minutes(
     redis_url: str,
 ) -> None:
-    """A sweep holding kombu's ``unacked_mutex`` when Redis stopped leaves it (AOF) for at most
-    SWEEP_MUTEX_S; then the next sweep restores the timed-out entry to its queue."""
+    """A sweep mutex left by a Redis stop (AOF) holds <= SWEEP_MUTEX_S; the next sweep restores."""
     client = redis.Redis.from_url(redis_url)
     message = {"body": "e30=", "headers": {}, "properties": {"delivery_tag": "t-1"}}
     client.hset("unacked", "t-1", json.dumps([message, "", "evalq.live"]))
@@ -535,8 +529,7 @@ def test_a_consumer_with_every_slot_held_polls_only_while_it_saw_a_backlog(redis
 def test_the_script_stops_at_the_message_that_reaches_its_byte_bound(
     client: redis.Redis, redis_url: str
 ) -> None:
-    """4 messages of ~2 KB: a bound of 1.5 messages takes 2, a bound of 1 byte still takes 1,
-    no bound (0) takes all that are left."""
+    """~2 KB messages: a 1.5-message byte bound takes 2, 1 byte still 1, 0 (no bound) the rest."""
     client.flushall()
     for n in range(4):
         _publish(redis_url, "q", {"n": n, "pad": "x" * 2000})
@@ -565,8 +558,8 @@ def test_held_bytes_count_what_is_taken_until_it_settles() -> None:
 
 
 def test_a_sized_prefetch_is_the_budget_over_the_largest_recent_body() -> None:
-    """1 until a message is seen; budget // largest, at most Celery's; a huge message lowers it
-    for a while, and it climbs back as the largest recent size decays."""
+    """1 until a message is seen, then budget // largest recent body, at most Celery's prefetch."""
+    # A huge message lowers it for a while; it climbs back as the largest recent size decays.
     held = broker.HeldBytes(1000)
     assert held.prefetch(128) == 1
     held.took(10)
@@ -582,8 +575,8 @@ def test_a_sized_prefetch_is_the_budget_over_the_largest_recent_body() -> None:
 def test_a_consumer_holding_its_byte_budget_fetches_nothing_and_bounds_the_next_fetch(
     redis_url: str,
 ) -> None:
-    """With the budget held, can_consume is False whatever the slots; below it, the next fetch
-    may take what is left (at least one byte's worth: one message)."""
+    """Budget held: can_consume False whatever the slots; below it, bytes_left bounds the fetch."""
+    # Even one byte left lets the next fetch take one message.
     with Connection(redis_url, transport=_reliable_fetch.Transport) as connection:
         channel: Any = connection.default_channel
         channel.basic_qos(0, 8, False)
@@ -631,10 +624,9 @@ def test_a_worker_holds_its_byte_budget_of_big_messages_not_its_prefetch(
     judge_server: JudgeServer,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """64 slots (prefetch 128) and 24 live snapshots of ~200 KB behind a 1 s judge: with
-    EVALQ_HELD_MIB=1 the process holds at most 1 MiB plus one message (<= 6), where the prefetch
-    alone takes all 24, and every one is recorded once. Redis: the fetch stops at the budget;
-    RabbitMQ: the prefetch count is sized to it."""
+    """EVALQ_HELD_MIB=1, 24 snapshots of ~200 KB: held <= 1 MiB + one (<= 6), each recorded once."""
+    # 64 slots (prefetch 128) behind a 1 s judge: the prefetch alone would take all 24.
+    # Redis: the fetch stops at the budget; RabbitMQ: the prefetch count is sized to it.
     broker_url: str = request.getfixturevalue(f"{broker_kind}_url")
     start_worker: Callable[..., WorkerProcess] = request.getfixturevalue("start_worker")
     client = redis.Redis.from_url(broker_url) if broker_kind == "redis" else None

@@ -397,8 +397,7 @@ def _check_outcomes(data: dict[str, Any], db: Path, traces: int) -> None:
 
 
 def test_report_json_matches_the_store(filled: Filled) -> None:
-    """`evalq report --json`: counts, rates, weights, gold summaries, calibration, latency,
-    usage, outcomes and sampling all equal what SQL computes from the same tables."""
+    """`evalq report --json`: every count, rate and summary equals what SQL computes."""
     data = _json("report", "--json", **filled.env())
     db = filled.db_path
     (snapshots,) = query(db, "SELECT COUNT(*) FROM snapshots")[0]
@@ -504,8 +503,7 @@ _PLOTS_JS = """[...document.querySelectorAll('svg[data-plot]')].map(e => {
 
 
 def test_html_report_renders_in_headless_chromium(filled: Filled, tmp_path: Path) -> None:
-    """The --html page loads in Chromium with no console message, error or failed load, holds
-    the five plots with drawn marks and the SYNTHETIC banner; a full-page screenshot is taken."""
+    """The --html page in Chromium: no console or load problem, plots drawn, SYNTHETIC banner."""
     page = tmp_path / "report.html"
     done = evalq("report", "--html", str(page), **filled.env())
     assert done.returncode == 0, done.stderr

@@ -174,8 +174,7 @@ def test_broker_and_store_credentials_come_from_the_environment_and_are_never_pr
     start_worker: StartWorker,
     producer_for: Callable[..., Producer],
 ) -> None:
-    """A password-protected Redis and a PostgreSQL URL with a password, both only in EVALQ_*:
-    the worker evaluates, and neither password shows in logs, messages, status or report."""
+    """Redis and PostgreSQL passwords only in EVALQ_*: worker evaluates; no output shows them."""
     server, redis_password = locked_redis
     store_url, pg_password = pg_with_password
     broker_url = f"redis://:{redis_password}@127.0.0.1:{server.port}/0"

@@ -274,8 +274,8 @@ def _create_version_4(url: str, dialect: str) -> None:
 
 
 def test_a_version_4_database_is_upgraded_in_place(store_url: str) -> None:
-    """Opening a version-4 store adds the audit column and the expiry list; both layouts read
-    back, and a purge expires a text only a schema-4 result of an old snapshot asked."""
+    """Opening a version-4 store adds the audit column and expiry list; both layouts read back."""
+    # Also pins the purge: a text only a schema-4 result of an old snapshot asked is expired.
     dialect = "sqlite" if store_url.startswith("sqlite") else "postgresql"
     _create_version_4(store_url, dialect)
     old, new = snapshot_record("t-old"), snapshot_record("t-new")
@@ -321,8 +321,8 @@ def test_a_purge_keeps_texts_a_kept_schema_4_result_asked(store: Store, store_ur
 
 
 def test_each_purge_lists_only_what_it_expired(store: Store, store_url: str) -> None:
-    """A text expired by one purge and asked again afterwards is kept by a later purge whose
-    horizon is before the new ask, and expired by one after it; each purge files its own list."""
+    """Each purge lists only the texts it expired, even a text expired once and asked again."""
+    # The middle purge's horizon is before the re-ask, so it keeps the text; the last expires it.
     first = snapshot_record("t-1")
     store.record_evaluation(_asking(first.snapshot_id, "asked twice"), first)
     assert store.purge_content(datetime.now(UTC)).question_texts_removed == 1
@@ -364,8 +364,8 @@ def pg_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.mark.services
 def test_a_purge_waits_for_a_writer_referencing_a_stored_text(pg_store_url: str) -> None:
-    """PostgreSQL: a purge waits for an open transaction that wrote results asking a stored text
-    (its text insert a no-op), then keeps the text that transaction's newer snapshot asked."""
+    """PostgreSQL: a purge waits for an open writer reusing a stored text, then keeps the text."""
+    # Reusing: the writer's text insert is a no-op; only its newer snapshot's results ask the text.
     with open_store(pg_store_url) as store:
         old, new = snapshot_record("t-old"), snapshot_record("t-new")
         source = _asking(old.snapshot_id, "asked by both")

@@ -96,8 +96,8 @@ def test_batch_applies_every_rule_of_the_single_path(store: Store) -> None:
 def test_batch_and_single_writes_store_the_same(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """The same inputs through record_evaluations and record_evaluation: identical contents
-    (on PostgreSQL the batch's plain inserts go through COPY, the single path's do not)."""
+    """The same inputs through record_evaluations and record_evaluation store identical contents."""
+    # On PostgreSQL the batch's plain inserts go through COPY, the single path's do not.
     views = []
     for name, batch in (("single", False), ("batch", True)):
         with backend_url(kind, request, tmp_path, name) as url, open_store(url) as store:
@@ -159,8 +159,7 @@ def test_snapshot_text_from_wire_equals_the_validated_record() -> None:
 
 
 def test_plain_inserts_become_copy_and_insert_if_absent_stays() -> None:
-    """PostgreSQL batch rows: a plain INSERT template is a COPY of its columns; ON CONFLICT or a
-    value that is not a placeholder keeps the INSERT."""
+    """PostgreSQL batch rows: a plain INSERT is a COPY; ON CONFLICT or a literal keeps INSERT."""
     plain = "INSERT INTO t (a, b)\nVALUES (:a,\n :b)"
     assert _copy_of(plain) == ("COPY t (a, b) FROM STDIN", ("a", "b"))
     assert _copy_of(plain + " ON CONFLICT DO NOTHING") is None

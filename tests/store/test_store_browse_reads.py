@@ -128,8 +128,8 @@ def test_snapshot_index_and_its_evaluations(store: Store) -> None:
 
 
 def test_sqlite_result_page_walks_indexes_not_tables(tmp_path: Path) -> None:
-    """The list query searches the primary key and the (evaluation, metric) index: no scan of
-    metric_results and no sort of all matches, so a page costs the same at a million records."""
+    """The list query searches the primary key and (evaluation, metric) index: no scan, no sort."""
+    # No scan of metric_results and no sort of all matches: a page costs the same at 1M records.
     url = f"sqlite:///{tmp_path / 'plan.db'}"
     with open_store(url) as store:
         _fill(store)

@@ -117,8 +117,7 @@ def test_earlier_rows_are_byte_for_byte_unchanged(store_url: str, store: Store) 
 
 
 def test_an_event_id_stored_with_other_content_is_a_conflict(store_url: str, store: Store) -> None:
-    """Same event id, another value or name: not created, ``conflict`` set, rows unchanged; the
-    identical resend is no conflict."""
+    """Same event id, other value or name: ``conflict``, rows unchanged; identical: no conflict."""
     first = outcome_record("o-conflict", "t-conflict")
     store.record_outcome(first)
     before = dump_tables(store_url)

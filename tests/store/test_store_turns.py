@@ -176,8 +176,8 @@ def _batch_transactions(store: Store, prefix: str, size: int) -> int:
 
 
 def test_a_batch_written_beside_live_writers_takes_smaller_transactions(tmp_path: Path) -> None:
-    """No urgent writer lately: 16 evaluations per transaction; within URGENT_RECENT_S of a live
-    record's write, 4, so the live lane waits behind less."""
+    """A batch takes 16 evaluations per transaction, 4 within URGENT_RECENT_S of a live write."""
+    # Smaller transactions beside live writers, so the live lane waits behind less.
     db = tmp_path / "store.db"
     with open_store(f"sqlite:///{db}") as store:
         assert _batch_transactions(store, "quiet", 32) == 32 // SQLITE_BULK_ROWS
@@ -187,8 +187,7 @@ def test_a_batch_written_beside_live_writers_takes_smaller_transactions(tmp_path
 
 
 def test_only_an_urgent_turn_marks_urgent_writers_as_recent(tmp_path: Path) -> None:
-    """A fresh file is not a recent urgent write, a bulk or plain turn is not one, an urgent
-    turn is."""
+    """Only an urgent turn is a recent urgent write; a fresh file, a bulk or plain turn are not."""
     turns = WriterTurns(tmp_path / "store.db", timeout_s=_WAIT_S)
     try:
         assert not turns.urgent_recently()
@@ -205,8 +204,8 @@ def test_only_an_urgent_turn_marks_urgent_writers_as_recent(tmp_path: Path) -> N
 
 
 def test_schema_and_checkpoints_leave_a_batch_its_full_transactions(tmp_path: Path) -> None:
-    """The schema's creation and a backfill's checkpoints are plain writes: a batch written right
-    after them still takes 16 evaluations per transaction (they are no live writers)."""
+    """A batch after schema creation and checkpoints still takes 16 evaluations per transaction."""
+    # Both are plain writes, not live writers, so they must not shrink the batch's transactions.
     with open_store(f"sqlite:///{tmp_path / 'store.db'}") as store:
         store.record_checkpoint("backfill-1", "traces.jsonl", 500, 500)
         store.record_checkpoint("backfill-1", "traces.jsonl", 1000, 1000)

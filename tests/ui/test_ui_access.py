@@ -199,9 +199,9 @@ def test_only_loopback_addresses_may_serve_without_a_token(host: str, loopback: 
 
 
 def test_overview_numbers_are_the_reports(filled: Filled) -> None:
-    """The overview's grouped counts give exactly what ``evalq report --pool-versions``
-    computes per metric (the fill has two metric-set versions; the report's default shows the
-    newest one and both side by side)."""
+    """The overview's grouped counts equal ``evalq report --pool-versions`` per metric."""
+    # The fill has two metric-set versions; the report's default shows the newest one and both
+    # side by side.
     with open_store(filled.store_url) as store:
         report = build_report(store, ReportScope(pool_versions=True))
         side_by_side = build_report(store, ReportScope())

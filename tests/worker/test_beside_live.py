@@ -56,8 +56,7 @@ def _runtime_in_child(workdir: Path, beside_live: str) -> dict[str, object]:
 
 
 def test_a_runtime_beside_live_runs_idle_but_its_store_threads_and_adapts(workdir: Path) -> None:
-    """Beside live: loop and main thread SCHED_IDLE, store threads normal, nice 10 kept, and
-    evaluations in flight under an adaptive limit of 16-64."""
+    """Beside live: loop and main thread SCHED_IDLE, store threads normal, nice 10, limit 16-64."""
     found = _runtime_in_child(workdir, "1")
     policies = found["policies"]
     assert isinstance(policies, dict)

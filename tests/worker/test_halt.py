@@ -96,9 +96,9 @@ def test_the_first_halt_wins_and_every_hook_hears_it() -> None:
 def test_a_transient_fault_past_the_hold_halts_and_later_writes_fail_at_once(
     store: Store,
 ) -> None:
-    """STORE_FULL is retried with back-off within the hold (never past it: stamina gives up when
-    the next backoff would end after it), then the runtime halts with that code; the next write
-    fails with it without reaching the store (nothing more is acked)."""
+    """STORE_FULL is retried within the hold, then halts; later writes fail without the store."""
+    # Never past the hold: stamina gives up when the next backoff would end after it. Failing
+    # without reaching the store means nothing more is acked.
     failing = FailingStore(store, "STORE_FULL")
     hold_s = 2.5  # room for the first backoff (0.5 s plus up to 1 s of jitter) and a retry
     rt = _runtime(failing, hold_s=hold_s)
@@ -135,8 +135,8 @@ def _end_loop() -> None:
 
 
 def test_a_read_failing_for_longer_than_the_hold_halts(store: Store) -> None:
-    """One skip-if-done read that fails after retrying past the hold: the message is requeued
-    and the runtime halts with STORE_UNAVAILABLE (the outage counts from the read's start)."""
+    """A skip-if-done read failing past the hold: message requeued, STORE_UNAVAILABLE halt."""
+    # The outage counts from the read's start, not from when the slow read fails.
     rt = _runtime(SlowFailingReads(store, delay_s=0.4))
     item = variants(example_snapshots()["order-42"], 1, "read")[0].wire()
     delivery = Delivery(EVALUATE_TASK, (item,), {}, Lane.LIVE, raw_bytes(item))
@@ -151,8 +151,8 @@ def test_a_read_failing_for_longer_than_the_hold_halts(store: Store) -> None:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_loop_that_ends_early_halts_the_runtime_as_a_crash(store: Store) -> None:
-    """The loop thread ending before close() (SystemExit out of a callback) halts the runtime
-    with RUNTIME_STOPPED and exit status 1: its messages would never be settled."""
+    """The loop thread ending before close() halts with RUNTIME_STOPPED and exit status 1."""
+    # A crash, not a clean stop: without its loop the runtime's messages would never be settled.
     rt = _runtime(store)
     try:
         rt.loop.call_soon_threadsafe(_end_loop)

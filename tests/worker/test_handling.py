@@ -172,8 +172,7 @@ def test_thousands_in_flight_need_no_threads(store: Store) -> None:
 
 
 def test_an_adaptive_runtime_starts_at_its_floor_and_learns_the_judge(store: Store) -> None:
-    """Beside live: 40 backfill messages on 64 slots start 16 at a time (the floor), the limit
-    learns the judge's round trip from its answers, and every message is still recorded."""
+    """Beside live: 40 backfill on 64 slots start 16 at a time, and the limit learns the judge."""
     judge = CountingJudge(delay_s=0.2)
     rt = Runtime(load_settings(concurrency=64, processes=1), store=store, judge=judge)
     try:
@@ -267,8 +266,8 @@ async def _trickle(
 
 
 def test_backfill_records_finishing_apart_gather_into_one_transaction(store: Store) -> None:
-    """Three backfill messages 50 ms apart: one transaction of three, after the gather wait
-    (without it, each would be written alone as it finished)."""
+    """Three backfill messages 50 ms apart: one transaction of three, after the gather wait."""
+    # Without the gather wait, each would be written alone as it finished.
     counting = CountingStore(store)
     rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
     handler = Handler(rt, Committer(rt, gather_s=1.0))
@@ -283,8 +282,7 @@ def test_backfill_records_finishing_apart_gather_into_one_transaction(store: Sto
 
 
 def test_a_live_record_is_not_held_by_a_gathering_backfill_group(store: Store) -> None:
-    """A live record that arrives while backfill records gather is written at once, alone;
-    sixteen backfill records (a full group) end their wait without waiting out the gather."""
+    """A live record mid-gather is written at once, alone; a full backfill group ends the wait."""
     counting = CountingStore(store)
     rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
     handler = Handler(rt, Committer(rt, gather_s=20.0))
@@ -362,8 +360,8 @@ def _submit_watched(rt: Runtime, batches: list[list[Any]]) -> tuple[list[str], l
 
 
 def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> None:
-    """Four backfill messages of 8: the first 16 snapshots are accepted at once, other ready
-    callbacks run before the next 16 (not after all 32), and skip-if-done is asked once."""
+    """Snapshots are accepted 16 at a time, other callbacks between; skip-if-done is asked once."""
+    # Four backfill messages of 8: other ready callbacks run before the next 16, not after all 32.
     counting = _QueryCounting(store)
     rt = Runtime(load_settings(processes=1), store=counting, judge=SyntheticJudge())  # type: ignore[arg-type]
     batches = [[s.wire() for s in _snapshots(8, f"slice{i}")] for i in range(4)]
@@ -378,8 +376,7 @@ def test_a_micro_batch_is_accepted_in_slices_and_queried_once(store: Store) -> N
 
 
 def test_refused_items_count_toward_a_slice(store: Store) -> None:
-    """Four backfill messages of 8 invalid snapshots: their 32 refusals are sliced as
-    evaluations are, 16 at once (not four whole messages in one callback); 32 dead letters."""
+    """32 refusals are sliced as evaluations are, 16 at once, not four messages in one callback."""
     rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
     batches = [
         [dict(s.wire(), unit="no-such-unit") for s in _snapshots(8, f"bad{i}")] for i in range(4)
@@ -410,8 +407,7 @@ def test_a_bad_item_does_not_take_its_batch_down(store: Store) -> None:
 def test_a_bug_while_accepting_dead_letters_that_message_alone(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An unexpected error accepting one message: it is an INTERNAL_ERROR dead letter with its
-    raw bytes, and the rest of its micro-batch is still evaluated (nothing left unsettled)."""
+    """A bug accepting one message dead-letters it alone (INTERNAL_ERROR); the rest is evaluated."""
     good = [s.wire() for s in _snapshots(2, "bug-ok")]
     bad = _snapshots(1, "bug-bad")[0].wire()
     items = handling._items
@@ -432,8 +428,7 @@ def test_a_bug_while_accepting_dead_letters_that_message_alone(
 def test_a_bug_after_accepting_dead_letters_every_unsettled_message(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An unexpected error in the micro-batch's skip-if-done step: each of its messages is an
-    INTERNAL_ERROR dead letter (kept for redrive) and gets its verdict, none is held."""
+    """A bug in skip-if-done: every message of the micro-batch is an INTERNAL_ERROR dead letter."""
     deliveries = [_evaluate(s.wire()) for s in _snapshots(3, "bug-after")]
 
     async def broken(self: Handler, evaluation_ids: list[str]) -> frozenset[str]:
@@ -537,9 +532,8 @@ async def _all(pending: list[asyncio.Future[Verdict]]) -> list[Verdict]:
 def test_a_warm_shutdown_requeues_what_has_not_started_and_redelivery_skips_the_rest(
     store: Store,
 ) -> None:
-    """Two slots, a batch of five and a live message: stop_starting while two are judged; both
-    messages come back REQUEUE after the two started are recorded, and their redelivery asks
-    the judge only for the four others."""
+    """Warm shutdown: the started two recorded, both REQUEUE; redelivery judges the rest."""
+    # Two slots, a batch of five and a live message: stop_starting while two are judged.
     batch = _evaluate([s.wire() for s in _snapshots(5, "drain-bf")], Lane.BACKFILL)
     live = _evaluate(_snapshots(1, "drain-live")[0].wire())
     first = CountingJudge(delay_s=0.5)
@@ -688,9 +682,8 @@ def _refused_alone(
 def test_a_record_the_store_will_never_take_is_a_dead_letter_not_a_loop(
     store: Store, error: Exception, code: DeadLetterCode
 ) -> None:
-    """A record the store refuses for good (or a bug writing it) leaves its snapshot as a dead
-    letter kept for redrive and its message acked, instead of requeued to be judged and refused
-    again for ever; the record written beside it in the same group is kept."""
+    """A record refused for good (or a bug) is an acked dead letter; the rest of its group kept."""
+    # Requeued instead, it would be judged and refused again for ever.
     refused = _refused_alone(store, error)
     assert refused.verdicts == [Verdict.ACK, Verdict.ACK]
     assert store.count_evaluations() == 1

@@ -49,8 +49,7 @@ def _message(lane: Lane) -> Message:
 
 
 def test_live_messages_go_first_and_chunks_stay_bounded(tmp_path: Path) -> None:
-    """40 backfill messages then 1 live in one drain: the live one is in the first chunk, no
-    chunk exceeds DRAIN_CHUNK, and all 41 are settled."""
+    """40 backfill then 1 live: the live one is in the first chunk, chunks within DRAIN_CHUNK."""
     with open_store(f"sqlite:///{tmp_path / 'x.db'}") as store:
         rt = Runtime(load_settings(processes=1), store=store, judge=SyntheticJudge())
         try:
@@ -73,8 +72,7 @@ def test_live_messages_go_first_and_chunks_stay_bounded(tmp_path: Path) -> None:
 
 
 def test_intakes_route_live_to_its_own_runtime(tmp_path: Path) -> None:
-    """With a live intake beside the other one, live messages are handled on the live runtime's
-    loop thread and every other lane on the other's; both settle everything."""
+    """Live messages are handled on the live runtime's loop thread, other lanes on the other's."""
     consumer = SimpleNamespace(event_dispatcher=None, hub=None)
     with open_store(f"sqlite:///{tmp_path / 'x.db'}") as store:
         settings = load_settings(processes=1)

@@ -78,9 +78,9 @@ def test_a_burst_within_a_window_does_not_move_it() -> None:
 
 
 def test_a_loop_lagging_seconds_is_judged_early_and_cut_in_proportion() -> None:
-    """Samples lagging 0.5 s close a window once they span WINDOW_S (4 of them, not WINDOW), and
-    the cut keeps HIGH_S / lag of what was in flight (1/5 here, not 3/4); a 2 s lag after it
-    closes the next window at MIN_SAMPLES and cuts to the floor."""
+    """Lags of seconds close a window once it spans WINDOW_S; the cut keeps HIGH_S / lag."""
+    # 0.5 s samples: 4 close a window (not WINDOW) and keep 1/5 (not 3/4); a 2 s lag then
+    # closes the next window at MIN_SAMPLES and cuts to the floor.
     limit = LoopLagLimit(4096)
     samples = 0
     while (samples + 1) * (SAMPLE_S + 0.5) < WINDOW_S:
@@ -103,8 +103,7 @@ def test_a_moderate_backlog_is_cut_by_its_lag_ratio() -> None:
 
 
 def test_it_grows_back_step_by_step_only_while_it_is_used_and_the_loop_has_room() -> None:
-    """After a backlog: a fully used limit grows by ceiling/GROWTH_SHARE per quiet window; a
-    little-used one, or one at a lag between LOW_S and HIGH_S, holds."""
+    """It grows ceiling/GROWTH_SHARE per window only if fully used and lag is below LOW_S."""
     limit = LoopLagLimit(1024)
     _windows(limit, _BACKLOG_S, 20)
     _windows(limit, _IDLE_S, 3, in_flight=10)
@@ -145,8 +144,7 @@ async def _block(loop: asyncio.AbstractEventLoop, turns: int) -> None:
 def test_a_runtime_whose_loop_is_blocked_lowers_its_limit_and_a_warm_shutdown_opens_it(
     store: Store,
 ) -> None:
-    """The runtime samples its own loop: blocked for ~1.5 s the guard shrinks; stop_adapting
-    drops it (every slot open for the drain)."""
+    """A runtime's loop blocked ~1.5 s shrinks its guard; stop_adapting drops it for the drain."""
     rt = Runtime(load_settings(concurrency=64, processes=1), store=store)
     try:
         guard = rt.loop_lag_limit

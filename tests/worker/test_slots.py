@@ -75,8 +75,7 @@ async def test_a_cancelled_waiter_passes_its_slot_on() -> None:
 
 @pytest.mark.asyncio
 async def test_closed_slots_end_every_waiter_and_later_request_unstarted() -> None:
-    """After close: the waiters (live and backfill) and any later request get SlotsClosedError
-    without entering; the holder finishes and its slot is released."""
+    """After close, waiters and later requests get SlotsClosedError unstarted; the holder frees."""
     slots, hold = Slots(1), asyncio.Event()
     order: list[str] = []
     holder = asyncio.create_task(_take(slots, False, order, "holder", hold))

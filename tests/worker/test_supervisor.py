@@ -53,8 +53,7 @@ def test_node_names_keep_the_given_hostname_per_process() -> None:
 
 
 def test_the_live_lane_gets_consumer_processes_of_its_own() -> None:
-    """Default lanes on 2 processes: two live-only children and two for the other lanes, each
-    group with the whole concurrency split over its processes."""
+    """Two live-only children and two for the other lanes, each group splitting all concurrency."""
     settings = load_settings(concurrency=256, processes=2)
     children = [(p.lanes, p.share) for p in plan(settings)]
     rest = (Lane.BACKFILL, Lane.OUTCOMES)
@@ -89,8 +88,8 @@ def test_a_single_lane_or_a_worker_without_live_is_one_group(
 
 
 def test_a_configured_nice_is_kept_and_never_lowered_beside_live() -> None:
-    """EVALQ_NICE=15 reaches every child; the backfill group's default 10 never lowers it, and
-    a worker without a live group is not reniced at all."""
+    """A configured nice reaches every child unlowered; a worker without live is not reniced."""
+    # The backfill group's default nice is 10: a configured 15 must not drop to it.
     both = load_settings(processes=2, nice=15)
     assert {p.nice for p in plan(both)} == {15}
     alone = load_settings(lanes="backfill", processes=2)
