@@ -64,7 +64,7 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -741,13 +741,15 @@ class Handler:
             raise
         metrics.observe_dead_letter(code.value, lane or metrics.OTHER)
 
-    async def _write_or_keep(self, message: _Message, work: Any, *args: Any) -> None:
+    async def _write_or_keep(
+        self, message: _Message, work: Callable[..., DeadLetterCode | None], *args: Any
+    ) -> None:
         """``work`` (an outcome's or a tally's record) in the store thread. The message becomes a
         dead letter, through the one writer that halts when even that is refused, when ``work``
         says so (its code: an outcome's conflict) or when the store refuses it for good (or a bug
         writing it): kept for redrive and acked, instead of requeued and refused again for ever."""
         try:
-            kept: DeadLetterCode | None = await self.committer.call(work, *args)
+            kept = await self.committer.call(work, *args)
         except Exception as exc:
             if _passing(exc):
                 raise  # store trouble that may pass, a halt, a shutdown: back to the broker
