@@ -28,7 +28,9 @@ Store trouble:
 
 - transient (connection lost, disk full, locked: :class:`~worker.store.TransientStoreError`) →
   the committer holds the group and retries with back-off (stamina, for at most
-  ``EVALQ_STORE_HOLD_S``, default :data:`HOLD_MAX_S`). Meanwhile nothing else is written, the
+  ``EVALQ_STORE_HOLD_S``, default :data:`HOLD_MAX_S`; each attempt's own retries inside the
+  store end after :data:`~worker.runtime.STORE_CALL_RETRY_S`, so they do not stack under the
+  hold). Meanwhile nothing else is written, the
   messages stay unacked, the prefetch slots fill and the worker stops fetching: no hot requeue
   loop. Past the bound the process halts (:mod:`worker.halt`: one log line with the code, a
   warm shutdown, exit status 75); the writes fail and their messages are requeued, never acked.

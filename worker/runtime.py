@@ -63,6 +63,7 @@ from worker.store import Store, open_store
 __all__ = [
     "BESIDE_LIVE_ENV",
     "GC_GEN0_THRESHOLD",
+    "STORE_CALL_RETRY_S",
     "STORE_THREADS",
     "SWITCH_INTERVAL_S",
     "FinishedEvaluation",
@@ -82,6 +83,9 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 STORE_THREADS = 2
 """Threads for blocking store calls: the group-commit writer and one for reads and dead letters."""
+STORE_CALL_RETRY_S = 2.0
+"""How long the worker's store retries a transient fault inside one call (the store's default is
+30 s); longer trouble is held by the committer (``EVALQ_STORE_HOLD_S``)."""
 SWITCH_INTERVAL_S = 0.00025
 """GIL hand-over interval of a worker process (CPython's default is 5 ms).
 
@@ -143,8 +147,20 @@ def _build_judge(settings: Settings) -> Judge:
 
 
 def open_worker_store(settings: Settings) -> Store:
-    """The store of one worker process; its pool is sized for the store threads that use it."""
-    return open_store(settings.store_url, pool_max_size=STORE_THREADS + 2)
+    """The store of one worker process; its pool is sized for the store threads that use it.
+
+    Its retries inside one call end after :data:`STORE_CALL_RETRY_S`: enough for the blips they
+    are for (a serialization failure, a deadlock: five attempts from 50 ms apart fit in ~1 s),
+    while an outage is the committer's to hold, with back-off, for ``EVALQ_STORE_HOLD_S``
+    (:mod:`worker.committer`). With the store's default 30 s inside every attempt the two stacked:
+    PostgreSQL cut off under a 2 s hold halted a worker 30 s after the cut, and an attempt
+    begun late in the hold could outlast it by 30 s.
+    """
+    return open_store(
+        settings.store_url,
+        pool_max_size=STORE_THREADS + 2,
+        retry_timeout_s=min(STORE_CALL_RETRY_S, settings.store_hold_s),
+    )
 
 
 def tune_gc(gen0_threshold: int) -> None:

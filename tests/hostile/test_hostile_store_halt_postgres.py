@@ -9,6 +9,7 @@ is the proxy refusing connections and resetting the open ones.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from tests.faults.fault_kit import TcpProxy, evaluations_in
 from tests.hostile.hostile_kit import record
 from tests.queue.queue_kit import WorkerProcess, example_snapshots, variants, wait_until, worker_env
 from worker.halt import EXIT_HALTED
-from worker.store import open_store
+from worker.store import RETRY_TIMEOUT_S, open_store
 
 pytestmark = pytest.mark.services
 
@@ -54,7 +55,9 @@ def test_postgres_unreachable_past_the_hold_halts_the_worker(
     fresh_pg: str, redis_url: str, workdir: Path
 ) -> None:
     """PostgreSQL cut off past the hold: one STORE_UNAVAILABLE line, exit 75, nothing recorded."""
-    # Once the database is back, a restart records every message once.
+    # Once the database is back, a restart records every message once. The halt comes within
+    # the hold and one wait for a pooled connection: the store's own 30 s of retries no longer
+    # stack under the hold (it took 30 s after the cut with a 2 s hold).
     target = urlsplit(fresh_pg)
     proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
     env = worker_env(
@@ -75,13 +78,16 @@ def test_postgres_unreachable_past_the_hold_halts_the_worker(
                     producer.enqueue(snapshot)
                 wait_until(lambda: evaluations_in(fresh_pg) == 3, 30, "the first recorded")
                 proxy.cut()
+                cut_s = time.monotonic()
                 for snapshot in after:
                     producer.enqueue(snapshot)
             code = worker.process.wait(120)
+            halted_after_s = time.monotonic() - cut_s
         finally:
             worker.kill_group()
         assert code == EXIT_HALTED, worker.log[-3000:]
         assert worker.log.count("worker halted: STORE_UNAVAILABLE") == 1
+        assert halted_after_s < RETRY_TIMEOUT_S
         assert evaluations_in(fresh_pg) == 3  # nothing recorded, so nothing acked
         proxy.restore()
         restarted = WorkerProcess(env, workdir / "restarted.log")

@@ -96,7 +96,8 @@ Guarantees
 - JSON columns hold canonical JSON text (sorted keys, compact) in both databases.
 - Transient failures (connection refused or lost, serialization failure, deadlock, lock
   timeout, SQLite "database is locked") are retried with stamina around each transaction
-  (bounded attempts and time), then raised as ``TransientStoreError``: the caller leaves the
+  (bounded attempts, and time: ``open_store``'s ``retry_timeout_s``, 30 s unless a caller with
+  its own outage policy passes less), then raised as ``TransientStoreError``: the caller leaves the
   message unacked and it is redelivered. Nothing was written in that case. (If a commit
   succeeds but its acknowledgement is lost, the retry finds the row and reports
   ``created=False``.)
@@ -194,7 +195,7 @@ from ._records import (
     text_sha256,
 )
 from ._schema import APPEND_ONLY_TABLES, EXPIRABLE_TABLES, SCHEMA_VERSION
-from ._store import Store, failure_line, open_store, store_location
+from ._store import RETRY_TIMEOUT_S, Store, failure_line, open_store, store_location
 from ._url import SETTING as STORE_URL_SETTING
 from ._writes import PAYLOAD_LIMIT_BYTES
 
@@ -207,6 +208,7 @@ __all__ = [
     "MIN_PREFIX",
     "NEWEST_ATTEMPT",
     "PAYLOAD_LIMIT_BYTES",
+    "RETRY_TIMEOUT_S",
     "SCHEMA_VERSION",
     "SQLITE_BULK_ROWS",
     "STORE_URL_SETTING",

@@ -109,7 +109,7 @@ from ._writes import (
     write_tally,
 )
 
-__all__ = ["Store", "failure_line", "open_store", "store_location"]
+__all__ = ["RETRY_TIMEOUT_S", "Store", "failure_line", "open_store", "store_location"]
 
 T = TypeVar("T")
 
@@ -136,6 +136,10 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+RETRY_TIMEOUT_S = 30.0
+"""How long the store retries a transient fault inside one call, by default (stamina's timeout)."""
+
+
 def _retry_here(exc: BaseException) -> bool:
     """Transient errors worth retrying inside the call (a replaced file never comes back)."""
     return isinstance(exc, TransientStoreError) and exc.code != StoreCode.STORE_REPLACED
@@ -150,7 +154,7 @@ class Store:
     """Append-only record store. Build it with :func:`open_store`."""
 
     def __init__(
-        self, backend: Backend, *, retry_attempts: int = 5, retry_timeout_s: float = 30.0
+        self, backend: Backend, *, retry_attempts: int = 5, retry_timeout_s: float = RETRY_TIMEOUT_S
     ) -> None:
         self._backend = backend
         self._retry_attempts = retry_attempts
@@ -166,19 +170,31 @@ class Store:
         """The SQLite file path, or the PostgreSQL URL without password (safe to print)."""
         return self._backend.location
 
-    def _retrying(self, on: Callable[[BaseException], bool]) -> Iterable[stamina.Attempt]:
-        """The store's one retry policy (stamina) for the errors ``on`` accepts."""
+    def _retrying(
+        self, on: Callable[[BaseException], bool], *, opening: bool = False
+    ) -> Iterable[stamina.Attempt]:
+        """The store's one retry policy (stamina) for the errors ``on`` accepts. ``opening``
+        (the probe, the schema) retries for at least :data:`RETRY_TIMEOUT_S`, whatever the
+        store was given: the processes of one worker open it at once."""
+        timeout_s = self._retry_timeout_s
         return stamina.retry_context(
             on=on,
             attempts=self._retry_attempts,
-            timeout=self._retry_timeout_s,
+            timeout=max(timeout_s, RETRY_TIMEOUT_S) if opening else timeout_s,
             wait_initial=0.05,
             wait_max=2.0,
             wait_jitter=0.1,
         )
 
-    def _run(self, work: Callable[[Tx], T], *, write: bool = True, turn: Turn = Turn.URGENT) -> T:
-        for attempt in self._retrying(_retry_here):
+    def _run(
+        self,
+        work: Callable[[Tx], T],
+        *,
+        write: bool = True,
+        turn: Turn = Turn.URGENT,
+        opening: bool = False,
+    ) -> T:
+        for attempt in self._retrying(_retry_here, opening=opening):
             with attempt, translating(), self._backend.transaction(write=write, turn=turn) as tx:
                 return work(tx)
         raise AssertionError("unreachable: stamina re-raises after the last attempt")
@@ -193,7 +209,7 @@ class Store:
         holds its lock (processes of one worker opening a new SQLite file at once: switching it
         to WAL can be refused without SQLite's busy wait, seen in CI as a child failing to start).
         """
-        for attempt in self._retrying(_busy):
+        for attempt in self._retrying(_busy, opening=True):
             with attempt, translating():
                 self._backend.probe()
 
@@ -206,7 +222,7 @@ class Store:
         """
         dialect = self._backend.dialect
         try:
-            return self._run(lambda tx: migrate(tx, dialect), turn=Turn.PLAIN)
+            return self._run(lambda tx: migrate(tx, dialect), turn=Turn.PLAIN, opening=True)
         except PermanentStoreError as exc:
             if exc.code != StoreCode.STORE_PERMISSION_DENIED:
                 raise
@@ -632,7 +648,7 @@ def open_store(
     connect_timeout_s: float = 3.0,
     lock_timeout_s: float = 10.0,
     retry_attempts: int = 5,
-    retry_timeout_s: float = 30.0,
+    retry_timeout_s: float = RETRY_TIMEOUT_S,
 ) -> Store:
     """Open the store at ``url`` (``EVALQ_STORE_URL``) and create its schema if needed.
 
@@ -645,6 +661,11 @@ def open_store(
     raises ``TransientStoreError(StoreCode.STORE_UNAVAILABLE)`` within ``connect_timeout_s`` (libpq
     rounds it up to whole seconds, at least 2). ``migrate=True`` then creates or upgrades the
     schema unless it is current (:meth:`Store.migrate`).
+
+    ``retry_timeout_s`` bounds how long one call retries a transient fault (stamina, 50 ms
+    doubling, at most ``retry_attempts``); opening (a busy database, the schema) retries for at
+    least :data:`RETRY_TIMEOUT_S` whatever it is. A caller with its own outage policy (the
+    worker's hold) passes a short one.
     """
     target = parse_store_url(url)
     backend: Backend
