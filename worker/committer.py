@@ -30,10 +30,10 @@ Store trouble:
   the committer holds the group and retries with back-off (stamina, for at most
   ``EVALQ_STORE_HOLD_S``, default :data:`HOLD_MAX_S`; each attempt's own retries inside the
   store end after :data:`~worker.runtime.STORE_CALL_RETRY_S`, so they do not stack under the
-  hold). Meanwhile nothing else is written, the
-  messages stay unacked, the prefetch slots fill and the worker stops fetching: no hot requeue
-  loop. Past the bound the process halts (:mod:`worker.halt`: one log line with the code, a
-  warm shutdown, exit status 75); the writes fail and their messages are requeued, never acked.
+  hold). Meanwhile nothing else is written, the messages stay unacked, the prefetch slots fill
+  and the worker stops fetching: no hot requeue loop. Past the bound the process halts
+  (:mod:`worker.halt`: one log line with the code, a warm shutdown, exit status 75); the writes
+  fail and their messages are requeued, never acked.
   A skip-if-done read failing for that long halts it too.
 - ``STORE_REPLACED`` (the SQLite file was deleted or replaced: it never comes back in this
   process) → no hold: the process halts at once.

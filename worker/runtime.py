@@ -150,7 +150,7 @@ def open_worker_store(settings: Settings) -> Store:
     """The store of one worker process; its pool is sized for the store threads that use it.
 
     Its retries inside one call end after :data:`STORE_CALL_RETRY_S`: enough for the blips they
-    are for (a serialization failure, a deadlock: five attempts from 50 ms apart fit in ~1 s),
+    are for (a serialization failure, a deadlock: five attempts, 50 ms apart at first, take ~1 s),
     while an outage is the committer's to hold, with back-off, for ``EVALQ_STORE_HOLD_S``
     (:mod:`worker.committer`). With the store's default 30 s inside every attempt the two stacked:
     PostgreSQL cut off under a 2 s hold halted a worker 30 s after the cut, and an attempt
