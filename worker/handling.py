@@ -64,7 +64,7 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -562,12 +562,10 @@ class Handler:
                 self._accept_items(message, _items(_one_argument(delivery)), retry=True)
             elif delivery.task == OUTCOME_TASK:
                 record = _outcome_record(decode_outcome(_one_argument(delivery)))
-                write = self._write_or_keep(message, self._record_outcome, record)
-                message.writes.append(asyncio.ensure_future(write))
+                _write_later(message, self._write_or_keep(message, self._record_outcome, record))
             elif delivery.task == TALLY_TASK:
                 tally = _tally_record(decode_tally(_one_argument(delivery)))
-                write = self._write_or_keep(message, self._record_tally, tally)
-                message.writes.append(asyncio.ensure_future(write))
+                _write_later(message, self._write_or_keep(message, self._record_tally, tally))
             else:
                 raise RefusedError(DeadLetterCode.UNKNOWN_TASK)  # noqa: TRY301 - one path
         except RefusedError as refused:
@@ -657,7 +655,7 @@ class Handler:
                     message.writes.append(evaluation)
                     carried = carried or started
             if message.sends and not carried:
-                message.writes.append(asyncio.ensure_future(self._sends_alone(message)))
+                _write_later(message, self._sends_alone(message))
             self._settle_when_written(message)
 
     async def _sends_alone(self, message: _Message) -> None:
@@ -720,10 +718,14 @@ class Handler:
     # -- writing --------------------------------------------------------------------------------
 
     def _dead_letter(self, message: _Message, code: DeadLetterCode, raw: bytes) -> None:
+        _write_later(message, self._message_dead_letter(message, code, raw))
+
+    async def _message_dead_letter(
+        self, message: _Message, code: DeadLetterCode, raw: bytes
+    ) -> None:
         delivery = message.delivery
         lane = delivery.lane.value if delivery.lane else None
-        write = self._write_dead_letter(code, delivery.task, lane, raw)
-        message.writes.append(asyncio.ensure_future(write))
+        await self._write_dead_letter(code, delivery.task, lane, raw)
 
     async def _write_dead_letter(
         self, code: DeadLetterCode, task: str | None, lane: str | None, raw: bytes
@@ -755,9 +757,7 @@ class Handler:
                 raise  # store trouble that may pass, a halt, a shutdown: back to the broker
             kept = _refusal(exc)
         if kept is not None:
-            delivery = message.delivery
-            lane = delivery.lane.value if delivery.lane else None
-            await self._write_dead_letter(kept, delivery.task, lane, delivery.raw)
+            await self._message_dead_letter(message, kept, message.delivery.raw)
 
     def _record_outcome(self, record: OutcomeRecord) -> DeadLetterCode | None:
         """Record the outcome; an event id stored with other content is a conflict.
@@ -796,6 +796,11 @@ class Handler:
             return
         gathered = asyncio.gather(*message.writes, return_exceptions=True)
         gathered.add_done_callback(lambda done: _settle(message.verdict, _verdict_of(done)))
+
+
+def _write_later(message: _Message, write: Coroutine[Any, Any, None]) -> None:
+    """Schedule one of ``message``'s writes; its verdict waits for every one of them."""
+    message.writes.append(asyncio.ensure_future(write))
 
 
 def _passing(exc: Exception) -> bool:
